@@ -1,0 +1,216 @@
+"""Configure, compile and install the patched engine; skip all of it when nothing changed.
+
+Fingerprint = sha256 over (pin, every patch in series order, every native/ file, the CMake
+definitions, the backend, the machine). The wheel carries ``llama_cpp/_tqgguf_build.json``
+with it, so ``installed_build_info()`` can tell without importing llama_cpp whether the
+installed engine is the one this checkout would build.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Callable
+
+from .source import PIN, cache_dir, native_dir, native_files, prepare_tree, series
+
+BACKENDS = ("cpu", "cuda", "metal")
+TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")
+BUILD_INFO_NAME = "_tqgguf_build.json"
+
+
+@dataclass
+class BuildConfig:
+    """What to build.
+
+    backend: "cpu" | "cuda" | "metal". cuda_arch: CMAKE_CUDA_ARCHITECTURES (e.g. "90").
+    jobs: parallel compile jobs (default: all cores). tools: also build TOOL_TARGETS.
+    """
+
+    backend: str = "cpu"
+    cuda_arch: str | None = None
+    jobs: int | None = None
+    tools: bool = False
+    extra_defines: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; allowed: {', '.join(BACKENDS)}")
+
+    def defines(self) -> dict[str, str]:
+        """CMake definitions for the engine (also used for the tools build)."""
+        d = {
+            "CMAKE_BUILD_TYPE": "Release",
+            "GGML_NATIVE": "ON",
+            "GGML_CCACHE": "ON",
+            "LLAVA_BUILD": "OFF",
+            "LLAMA_BUILD_TESTS": "OFF",
+            "LLAMA_BUILD_EXAMPLES": "OFF",
+            # AMX from -march=native crashes in ggml_backend_amx_mul_mat on some Xeons
+            # (llama.cpp issue #20824); KV caches gain nothing from it.
+            "CMAKE_C_FLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if _is_x86() else "",
+            "CMAKE_CXX_FLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if _is_x86() else "",
+        }
+        if self.backend == "cuda":
+            d["GGML_CUDA"] = "ON"
+            d["CMAKE_CUDA_ARCHITECTURES"] = self.cuda_arch or "native"
+        elif self.backend == "metal":
+            d["GGML_METAL"] = "ON"
+            d["GGML_METAL_EMBED_LIBRARY"] = "ON"
+        d.update(self.extra_defines)
+        return {k: v for k, v in d.items() if v != ""}
+
+
+@dataclass
+class BuildResult:
+    fingerprint: str
+    skipped: bool
+    seconds: float
+    wheel: Path | None
+    tools_dir: Path | None
+    log: Path
+
+
+def _is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def fingerprint(cfg: BuildConfig) -> str:
+    """sha256 of everything that determines the built engine (see module docstring)."""
+    h = hashlib.sha256()
+    h.update(f"{PIN.package}=={PIN.version} {PIN.sha256}\n".encode())
+    for p in series():
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for rel in native_files():
+        h.update(str(rel).encode() + b"\0" + (native_dir() / rel).read_bytes())
+    h.update(json.dumps(cfg.defines(), sort_keys=True).encode())
+    h.update(f"{cfg.backend} {platform.machine()} {sys.version_info[:2]}".encode())
+    return h.hexdigest()
+
+
+def installed_build_info() -> dict | None:
+    """The build record of the installed llama_cpp package, or None if it is not ours."""
+    spec = find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        f = Path(loc) / BUILD_INFO_NAME
+        if f.exists():
+            return json.loads(f.read_text())
+    return None
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict, on_line: Callable[[str], None], cwd: Path | None = None) -> None:
+    with open(log, "a") as lf:
+        lf.write(f"\n$ {' '.join(cmd)}\n")
+        lf.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env, cwd=cwd, bufsize=1)
+        tail: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lf.write(line)
+            tail = (tail + [line.rstrip()])[-40:]
+            on_line(line)
+        rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"command failed (exit {rc}): {' '.join(cmd[:4])} ...\n"
+                           + "\n".join(tail) + f"\nfull log: {log}")
+
+
+NINJA_PROGRESS = re.compile(r"\[(\d+)/(\d+)\]")
+
+
+def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] = print,
+          progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
+    """Build and install the patched llama-cpp-python wheel (and tools if asked).
+
+    A second call with an unchanged fingerprint whose wheel is installed returns at once
+    with ``skipped=True``. Raises PatchError / SourceError / RuntimeError (compile failure,
+    with the tail of the log and its path).
+    """
+    t0 = time.time()
+    fp = fingerprint(cfg)
+    root = cache_dir()
+    tree = root / "src" / PIN.tree_name
+    build_dir = root / "build" / cfg.backend
+    tools_dir = root / "build" / f"tools-{cfg.backend}"
+    wheel_dir = root / "wheels"
+    log_path = root / "build" / f"build-{cfg.backend}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    have = installed_build_info()
+    tools_ok = not cfg.tools or all((tools_dir / "bin" / t).exists() for t in TOOL_TARGETS) and \
+        (tools_dir / "fingerprint").exists() and (tools_dir / "fingerprint").read_text() == fp
+    if not force and have and have.get("fingerprint") == fp and tools_ok:
+        return BuildResult(fp, True, time.time() - t0, None, tools_dir if cfg.tools else None, log_path)
+
+    log_path.write_text("")
+    if shutil.which("ccache") is None:
+        log("warning: ccache not found; rebuilds will recompile everything (apt-get install ccache)")
+    log(f"preparing patched source tree in {tree}")
+    prepare_tree(tree, log)
+    info = {"fingerprint": fp, "pin": f"{PIN.package}=={PIN.version}", "llama_cpp_commit": PIN.llama_cpp_commit,
+            "backend": cfg.backend, "defines": cfg.defines(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (tree / "llama_cpp" / BUILD_INFO_NAME).write_text(json.dumps(info, indent=1))
+
+    env = dict(os.environ)
+    env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(cfg.jobs or os.cpu_count() or 2)
+    env.pop("CMAKE_ARGS", None)
+
+    def on_line(line: str) -> None:
+        m = NINJA_PROGRESS.search(line)
+        if m and progress:
+            progress(int(m.group(1)), int(m.group(2)), line.strip().rsplit(" ", 1)[-1][-60:])
+
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    for old in wheel_dir.glob("llama_cpp_python-*.whl"):
+        old.unlink()
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(wheel_dir),
+           str(tree), "-C", f"build-dir={build_dir}", "-C", "cmake.build-type=Release"]
+    cmd += ["-C", "cmake.args=" + ";".join(f"-D{k}={v}" for k, v in cfg.defines().items())]
+    log(f"compiling the engine ({cfg.backend}) in {build_dir}")
+    _run_logged(cmd, log_path, env, on_line)
+    wheel = next(wheel_dir.glob("llama_cpp_python-*.whl"))
+    log(f"installing {wheel.name}")
+    _run_logged([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)],
+                log_path, env, lambda _l: None)
+    if cfg.tools:
+        build_tools(cfg, tree, tools_dir, log_path, env, on_line, log)
+        (tools_dir / "fingerprint").write_text(fp)
+    return BuildResult(fp, False, time.time() - t0, wheel, tools_dir if cfg.tools else None, log_path)
+
+
+def build_tools(cfg: BuildConfig, tree: Path, tools_dir: Path, log_path: Path, env: dict,
+                on_line: Callable[[str], None], log: Callable[[str], None]) -> None:
+    """Configure vendor/llama.cpp standalone and build TOOL_TARGETS into tools_dir/bin."""
+    src = tree / "vendor" / "llama.cpp"
+    defines = dict(cfg.defines())
+    defines.update({"LLAMA_BUILD_TESTS": "ON", "LLAMA_BUILD_TOOLS": "ON", "LLAMA_BUILD_SERVER": "ON",
+                    "LLAMA_CURL": "OFF", "LLAMA_OPENSSL": "OFF", "CMAKE_RUNTIME_OUTPUT_DIRECTORY": str(tools_dir / "bin")})
+    log(f"building tools ({', '.join(TOOL_TARGETS)}) in {tools_dir}")
+    cmake = shutil.which("cmake") or "cmake"
+    _run_logged([cmake, "-S", str(src), "-B", str(tools_dir), "-G", "Ninja"] + [f"-D{k}={v}" for k, v in defines.items()],
+                log_path, env, on_line)
+    _run_logged([cmake, "--build", str(tools_dir), "-j", env["CMAKE_BUILD_PARALLEL_LEVEL"], "--target", *TOOL_TARGETS],
+                log_path, env, on_line)
+
+
+def tool_path(name: str, backend: str = "cpu") -> Path:
+    """Path of a tool built by ``tqgguf build --tools``; FileNotFoundError if it is missing."""
+    p = cache_dir() / "build" / f"tools-{backend}" / "bin" / name
+    if not p.exists():
+        raise FileNotFoundError(f"{p} not found; run `tqgguf build --tools`")
+    return p
+
+
+def config_as_dict(cfg: BuildConfig) -> dict:
+    return asdict(cfg)

@@ -1,0 +1,178 @@
+"""Pinned upstream source: fetch the llama-cpp-python sdist, verify it, patch it, overlay native/.
+
+The pin is llama-cpp-python 0.3.36 (vendors llama.cpp commit 0c1e570, 2026-10-01). The
+patched tree lives outside the repository in the cache dir (``TQGGUF_CACHE``, default
+``~/.cache/tqgguf``) and is updated file by file, so unchanged files keep their mtimes
+and the persistent CMake build only recompiles what changed.
+"""
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The upstream release tqgguf patches."""
+
+    package: str = "llama-cpp-python"
+    version: str = "0.3.36"
+    sdist_name: str = "llama_cpp_python-0.3.36.tar.gz"
+    sha256: str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+    llama_cpp_commit: str = "0c1e570"
+
+    @property
+    def tree_name(self) -> str:
+        return self.sdist_name.removesuffix(".tar.gz")
+
+
+PIN = Pin()
+
+
+class SourceError(RuntimeError):
+    """The sdist could not be fetched or did not verify."""
+
+
+class PatchError(RuntimeError):
+    """A patch in patches/series does not apply; the message names the patch and file."""
+
+
+def cache_dir() -> Path:
+    """Root of tqgguf's caches (``TQGGUF_CACHE`` or ``~/.cache/tqgguf``)."""
+    return Path(os.environ.get("TQGGUF_CACHE", Path.home() / ".cache" / "tqgguf")).expanduser()
+
+
+def patches_dir() -> Path:
+    return REPO_ROOT / "patches"
+
+
+def native_dir() -> Path:
+    return REPO_ROOT / "native"
+
+
+def series() -> list[Path]:
+    """Patch files in application order (``patches/series``; '#' starts a comment)."""
+    names = []
+    for line in (patches_dir() / "series").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(patches_dir() / line)
+    return names
+
+
+def native_files() -> list[Path]:
+    """Files under native/ (relative to native/, which mirrors vendor/llama.cpp)."""
+    root = native_dir()
+    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_sdist(log=print) -> Path:
+    """Return the verified sdist path, downloading it from PyPI if it is not cached.
+
+    ``TQGGUF_SDIST`` may point at a local copy. Raises SourceError on a checksum mismatch
+    or when PyPI cannot be reached.
+    """
+    override = os.environ.get("TQGGUF_SDIST")
+    target = Path(override) if override else cache_dir() / "sdist" / PIN.sdist_name
+    if not target.exists():
+        if override:
+            raise SourceError(f"TQGGUF_SDIST={override} does not exist")
+        import httpx
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        url = f"https://pypi.org/pypi/{PIN.package}/{PIN.version}/json"
+        try:
+            meta = httpx.get(url, timeout=60, follow_redirects=True).json()
+            src = next(u for u in meta["urls"] if u["packagetype"] == "sdist")
+            log(f"downloading {src['url'].rsplit('/', 1)[-1]} ({src['size'] / 1e6:.1f} MB)")
+            tmp = target.with_suffix(".part")
+            with httpx.stream("GET", src["url"], timeout=600, follow_redirects=True) as r, open(tmp, "wb") as f:
+                r.raise_for_status()
+                for chunk in r.iter_bytes(1 << 20):
+                    f.write(chunk)
+            tmp.replace(target)
+        except (httpx.HTTPError, StopIteration, KeyError, ValueError) as e:
+            raise SourceError(f"could not download {PIN.package}=={PIN.version} from PyPI: {e}") from e
+    digest = _sha256(target)
+    if digest != PIN.sha256:
+        raise SourceError(f"{target}: sha256 {digest} does not match the pin {PIN.sha256}")
+    return target
+
+
+def apply_patches(llama_dir: Path) -> None:
+    """Apply patches/series to an unpacked vendor/llama.cpp; dry-run each patch first.
+
+    Raises PatchError naming the patch and the failing file(s).
+    """
+    for patch in series():
+        cmd = ["patch", "-p1", "--forward", "--batch", "-d", str(llama_dir), "-i", str(patch)]
+        dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True)
+        if dry.returncode != 0:
+            files = [ln.split("patching file ", 1)[1] for ln in dry.stdout.splitlines() if "patching file" in ln]
+            failed = [ln for ln in dry.stdout.splitlines() if "FAILED" in ln or "can't find" in ln.lower()]
+            raise PatchError(
+                f"patch {patch.name} does not apply to llama.cpp {PIN.llama_cpp_commit} "
+                f"(files: {', '.join(files) or '?'}):\n" + "\n".join(failed or dry.stdout.splitlines()[-5:]))
+        subprocess.run(cmd, check=True, capture_output=True)
+
+
+def prepare_tree(dest: Path, log=print) -> Path:
+    """Make ``dest`` the patched source tree: sdist + patches + native overlay.
+
+    Files whose content did not change are left untouched (mtimes kept).
+    Returns the llama-cpp-python source dir (contains pyproject.toml).
+    """
+    sdist = fetch_sdist(log)
+    with tempfile.TemporaryDirectory(prefix="tqgguf-src-") as tmp:
+        with tarfile.open(sdist) as tf:
+            tf.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tf.extractall(tmp)
+        fresh = Path(tmp) / PIN.tree_name
+        llama_dir = fresh / "vendor" / "llama.cpp"
+        apply_patches(llama_dir)
+        for rel in native_files():
+            out = llama_dir / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(native_dir() / rel, out)
+        _sync(fresh, dest)
+    return dest
+
+
+def _sync(src: Path, dst: Path) -> None:
+    """Mirror src into dst, copying only files whose bytes differ; remove stale files."""
+    dst.mkdir(parents=True, exist_ok=True)
+    seen = set()
+    for root, dirs, files in os.walk(src):
+        rel_root = Path(root).relative_to(src)
+        (dst / rel_root).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            rel = rel_root / name
+            seen.add(rel)
+            s, d = src / rel, dst / rel
+            if s.is_symlink():
+                continue
+            if not d.exists() or not filecmp.cmp(s, d, shallow=False):
+                shutil.copy2(s, d)
+                os.utime(d)  # newer than any object built from the old content
+    for root, dirs, files in os.walk(dst):
+        rel_root = Path(root).relative_to(dst)
+        for name in files:
+            rel = rel_root / name
+            if rel not in seen and rel.name != "_tqgguf_build.json":
+                (dst / rel).unlink()

@@ -1,0 +1,122 @@
+"""The KV-cache type registry: the one place that knows which cache types exist.
+
+Names are ggml type names (what llama.cpp's ``-ctk/-ctv`` accept). Numeric ids are never
+hard-coded: they are looked up by name in the built libggml-base (``ggml_type_name`` over
+``ggml_type_count()``, which our native code exports), so Python cannot drift from C.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Cache types accepted by ``-ctk/-ctv`` (upstream common/arg.cpp list + ours), in the
+#: order help texts show them.
+KV_CACHE_TYPES: tuple[str, ...] = (
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
+    "turbo4", "turbo3", "turbo2",
+)
+TURBO_TYPES: tuple[str, ...] = ("turbo4", "turbo3", "turbo2")
+UNQUANTIZED: tuple[str, ...] = ("f32", "f16", "bf16")
+
+
+class CacheTypeError(ValueError):
+    """An unknown KV-cache type name; the message lists the valid names."""
+
+
+class EngineNotBuiltError(RuntimeError):
+    """The installed llama_cpp is missing or is not the tqgguf-patched build."""
+
+
+def check_cache_type(name: str, what: str = "cache type") -> str:
+    """Normalise and validate a cache type name (case-insensitive).
+
+    Returns the canonical lower-case name. Raises CacheTypeError listing the valid names.
+    """
+    canon = str(name).strip().lower()
+    if canon not in KV_CACHE_TYPES:
+        raise CacheTypeError(f"unknown {what} {name!r}; valid: {', '.join(KV_CACHE_TYPES)}")
+    return canon
+
+
+def is_quantized(name: str) -> bool:
+    """True for every cache type that llama.cpp treats as quantized (rotation applies)."""
+    return check_cache_type(name) not in UNQUANTIZED
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """Facts about one ggml type, read from the built library.
+
+    id: ggml enum value; block_size: values per block; type_size: bytes per block;
+    bits_per_value: 8 * type_size / block_size.
+    """
+
+    name: str
+    id: int
+    block_size: int
+    type_size: int
+
+    @property
+    def bits_per_value(self) -> float:
+        return 8.0 * self.type_size / self.block_size
+
+
+def _lib_dir() -> Path:
+    from importlib.util import find_spec
+
+    spec = find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineNotBuiltError("llama_cpp is not installed; run `tqgguf build`")
+    return Path(list(spec.submodule_search_locations)[0]) / "lib"
+
+
+@functools.lru_cache(maxsize=1)
+def libggml_base() -> ctypes.CDLL:
+    """ctypes handle of the installed libggml-base (raises EngineNotBuiltError)."""
+    lib_dir = _lib_dir()
+    candidates = sorted(lib_dir.glob("libggml-base.*"))
+    if not candidates:
+        raise EngineNotBuiltError(f"no libggml-base in {lib_dir}; run `tqgguf build`")
+    lib = ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_GLOBAL)
+    if not hasattr(lib, "ggml_type_count"):
+        raise EngineNotBuiltError(
+            f"{candidates[0]} is a stock llama.cpp build without the turbo types; run `tqgguf build`")
+    lib.ggml_type_count.restype = ctypes.c_int
+    lib.ggml_type_name.restype = ctypes.c_char_p
+    lib.ggml_type_name.argtypes = [ctypes.c_int]
+    lib.ggml_blck_size.restype = ctypes.c_int64
+    lib.ggml_blck_size.argtypes = [ctypes.c_int]
+    lib.ggml_type_size.restype = ctypes.c_size_t
+    lib.ggml_type_size.argtypes = [ctypes.c_int]
+    return lib
+
+
+@functools.lru_cache(maxsize=1)
+def all_types() -> dict[str, TypeInfo]:
+    """Every ggml type of the built library by name (removed slots skipped)."""
+    lib = libggml_base()
+    out: dict[str, TypeInfo] = {}
+    for i in range(lib.ggml_type_count()):
+        bs = lib.ggml_blck_size(i)
+        if bs <= 0:
+            continue
+        name = lib.ggml_type_name(i).decode()
+        out[name] = TypeInfo(name, i, bs, lib.ggml_type_size(i))
+    return out
+
+
+def type_info(name: str) -> TypeInfo:
+    """TypeInfo of a KV-cache type name (CacheTypeError if unknown, EngineNotBuiltError
+    if the installed engine lacks it)."""
+    canon = check_cache_type(name)
+    types = all_types()
+    if canon not in types:
+        raise EngineNotBuiltError(f"the installed engine has no ggml type {canon!r}; run `tqgguf build`")
+    return types[canon]
+
+
+def ggml_type_id(name: str) -> int:
+    """ggml enum value of a cache type name, looked up in the built library."""
+    return type_info(name).id

