@@ -204,6 +204,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     _ensure_engine()
     import llama_cpp
 
+    n_threads = n_threads or os.cpu_count() or 1
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
     mark = _capture.mark()

@@ -1,0 +1,48 @@
+"""Shared test helpers.
+
+Engine tests (marked ``@pytest.mark.engine`` or using the ``require_engine`` fixture) need
+the patched llama.cpp build (``tqgguf build``). Without it they are skipped with the reason,
+unless ``TQGGUF_REQUIRE_ENGINE=1``, in which case a missing engine is a failure (CI on a
+machine that is supposed to have built it).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _engine_problem() -> str | None:
+    """None when the patched libggml-base loads, else why not."""
+    from tqgguf import cachetypes
+
+    try:
+        cachetypes.libggml_base()
+    except (cachetypes.EngineNotBuiltError, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _check_engine() -> None:
+    problem = _engine_problem()
+    if problem is None:
+        return
+    msg = f"engine not built ({problem}); run `tqgguf build`"
+    if os.environ.get("TQGGUF_REQUIRE_ENGINE") == "1":
+        pytest.fail(f"{msg} [TQGGUF_REQUIRE_ENGINE=1 demands it]", pytrace=False)
+    pytest.skip(msg)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("engine") is not None:
+        _check_engine()
+
+
+@pytest.fixture(scope="session")
+def require_engine():
+    """The ctypes handle of the installed libggml-base; skips (or fails, see module doc)
+    when the engine is not built."""
+    _check_engine()
+    from tqgguf.cachetypes import libggml_base
+
+    return libggml_base()

@@ -1,0 +1,64 @@
+"""``tqgguf info``: what engine is installed and which KV cache types it has."""
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..cachetypes import KV_CACHE_TYPES, EngineNotBuiltError, all_types
+from ..build import installed_build_info
+from ..build.driver import BuildConfig, fingerprint
+from ..build.source import PIN
+
+
+def engine_info() -> dict:
+    """Installed engine facts: pin, commit, fingerprint (installed and of this checkout),
+    backends, and every KV cache type with block size, bytes/block and bits/value read
+    from the built library. Raises EngineNotBuiltError when nothing usable is installed."""
+    info = installed_build_info()
+    if info is None:
+        raise EngineNotBuiltError("no tqgguf engine is installed; run `tqgguf build`")
+    types = all_types()
+    import llama_cpp
+
+    cache_types = [
+        {"name": t, "id": types[t].id, "block_size": types[t].block_size, "bytes_per_block": types[t].type_size,
+         "bits_per_value": round(types[t].bits_per_value, 4)}
+        for t in KV_CACHE_TYPES if t in types]
+    backend = info.get("backend", "cpu")
+    return {
+        "pin": info.get("pin"), "llama_cpp_commit": info.get("llama_cpp_commit"),
+        "fingerprint": info.get("fingerprint"),
+        "checkout_fingerprint": fingerprint(BuildConfig(backend=backend)),
+        "backends": ["CPU"] + ([backend.upper()] if backend != "cpu" else []),
+        "system_info": llama_cpp.llama_print_system_info().decode().strip(),
+        "kv_cache_types": cache_types, "built_at": info.get("built_at"),
+    }
+
+
+@click.command(name="info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def command(as_json):
+    """Show the installed engine: pin, fingerprint, backends, KV cache types."""
+    try:
+        info = engine_info()
+    except EngineNotBuiltError as e:
+        raise click.ClickException(str(e)) from e
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    c = Console()
+    stale = "" if info["fingerprint"] == info["checkout_fingerprint"] else "  [yellow](differs from this checkout: run tqgguf build)[/]"
+    c.print(f"[bold]engine[/]      {info['pin']} (llama.cpp {info['llama_cpp_commit']}), built {info['built_at']}")
+    c.print(f"[bold]fingerprint[/] {info['fingerprint'][:16]}{stale}")
+    c.print(f"[bold]backends[/]    {', '.join(info['backends'])}")
+    c.print(f"[bold]system[/]      {info['system_info']}")
+    t = Table(title="KV cache types (-ctk / -ctv)")
+    for col in ("type", "block size", "bytes/block", "bits/value", "vs f16"):
+        t.add_column(col, justify="right" if col != "type" else "left")
+    for ct in info["kv_cache_types"]:
+        t.add_row(ct["name"], str(ct["block_size"]), str(ct["bytes_per_block"]), f"{ct['bits_per_value']:.2f}",
+                  f"{16 / ct['bits_per_value']:.2f}x")
+    c.print(t)

@@ -1,0 +1,88 @@
+"""``tqgguf ppl``: perplexity with chosen K/V cache types (thin layer over tqgguf.quality)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError, check_cache_type, type_info
+
+
+def cache_type_option(*names, **kw):
+    """A -ctk/-ctv style option whose value is validated against the registry."""
+
+    def convert(ctx, param, value):
+        try:
+            return check_cache_type(value, f"cache type for {param.opts[0]}")
+        except CacheTypeError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+
+    return click.option(*names, callback=convert, metavar="TYPE", show_default=True,
+                        help=kw.pop("help") + f" One of: {', '.join(KV_CACHE_TYPES)}.", **kw)
+
+
+def fa_option():
+    return click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default="auto",
+                        show_default=True, help="Flash attention (a quantized V cache needs it).")
+
+
+@click.command(name="ppl")
+@click.argument("model")
+@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Text to evaluate (default: WikiText-2 test if available, else a built-in offline corpus).")
+@click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True,
+              help="n_ctx: tokens per chunk.")
+@click.option("-b", "--batch-size", "n_batch", type=click.IntRange(min=1), default=None, help="n_batch (default min(n_ctx, 512)).")
+@click.option("--chunks", type=click.IntRange(min=1), default=None, help="Maximum number of chunks (default: all).")
+@cache_type_option("-ctk", "--ctk", "--cache-type-k", "ctk", default="f16", help="K cache type.")
+@cache_type_option("-ctv", "--ctv", "--cache-type-v", "ctv", default="f16", help="V cache type.")
+@click.option("--rot/--no-rot", default=True, show_default=True, help="Hadamard rotation of Q/K/V (LLAMA_ATTN_ROT_DISABLE).")
+@fa_option()
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True, help="Layers to offload to the GPU.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the result as JSON to this file.")
+@click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")
+def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn, threads, n_gpu_layers, json_file, verbose):
+    """Perplexity of MODEL (a GGUF path or a name from `tqgguf models list`) on a text,
+    computed the way llama-perplexity does (second half of each n_ctx chunk scored)."""
+    from ..models import ModelError, resolve_model
+    from ..quality import TextTooShortError, perplexity
+    from ..runtime import EngineError, open_model
+    from ..texts import resolve_text
+
+    try:
+        text = resolve_text(text_file)
+        path = resolve_model(model)
+        engine = open_model(path, ctk=ctk, ctv=ctv, n_ctx=n_ctx, n_batch=n_batch, flash_attn=flash_attn, rotation=rot,
+                            n_threads=threads, n_gpu_layers=n_gpu_layers, verbose=verbose)
+    except (ModelError, EngineError, EngineNotBuiltError, FileNotFoundError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    r = engine.report
+    err = click.echo
+    err(f"model: {path.name}   text: {text.label}", err=True)
+    err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
+        f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
+
+    def on_chunk(i, n, running):
+        sys.stdout.write(f"[{i}]{running:.4f},")
+        sys.stdout.flush()
+
+    try:
+        res = perplexity(engine, text.content, n_ctx=n_ctx, n_batch=n_batch, chunks=chunks, on_chunk=on_chunk)
+    except TextTooShortError as e:
+        raise click.ClickException(str(e)) from e
+    finally:
+        engine.close()
+    click.echo("")
+    click.echo(f"Final estimate: PPL = {res.ppl:.4f} +/- {res.ppl_err:.5f}")
+    if json_file:
+        out = {"model": str(path), "text": text.label, "text_sha256": text.sha256, "ctk": ctk, "ctv": ctv,
+               "rotation": rot, "flash_attn": r.flash_attn, "attn_rot_k": r.attn_rot_k, "attn_rot_v": r.attn_rot_v,
+               "k_mib": r.k_mib, "v_mib": r.v_mib, "kv_cells": r.cells,
+               "k_bits_per_value": type_info(ctk).bits_per_value, "v_bits_per_value": type_info(ctv).bits_per_value,
+               **res.to_dict()}
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(out, indent=1))

@@ -1,0 +1,90 @@
+"""``tqgguf sweep``: the quality-per-bit map of K/V cache types for one model and text."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..cachetypes import CacheTypeError, EngineNotBuiltError
+from ..sweep.grid import DEFAULT_K, DEFAULT_V, expand, parse_rot, parse_types
+
+console = Console(stderr=True)
+
+
+@click.command(name="sweep")
+@click.argument("model", required=False, default="smollm2-135m")
+@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Text (default: -f, $TQGGUF_TEXT, cached/downloaded WikiText-2, else a built-in offline corpus).")
+@click.option("-ctk", "--ctk", "--cache-type-k", "ctk", default=",".join(DEFAULT_K), show_default=True,
+              help="Comma list of K cache types.")
+@click.option("-ctv", "--ctv", "--cache-type-v", "ctv", default=",".join(DEFAULT_V), show_default=True,
+              help="Comma list of V cache types.")
+@click.option("--rot", default="on", show_default=True, help="Rotation: on, off or on,off.")
+@click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True, help="n_ctx per chunk.")
+@click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Chunks scored per configuration.")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output dir (default: ./sweep-<model>). results.jsonl there makes a rerun resume.")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="f16 baseline file (llama-perplexity --kl-divergence-base format); default: cached per model/text/n_ctx.")
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags.")
+@click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")
+@click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent.")
+def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, threads, recommend, max_kld, max_dppl):
+    """Run every K x V x rotation combination (llama-bench style lists) against an f16/f16
+    baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
+    from ..models import ModelError, resolve_model
+    from ..quality import TextTooShortError
+    from ..runtime import EngineError
+    from ..sweep import BaselineMismatchError, SweepSpec, run_sweep
+    from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
+    from ..texts import resolve_text
+
+    if recommend and max_kld is None and max_dppl is None:
+        raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
+    try:
+        configs = expand(parse_types(ctk, "--ctk"), parse_types(ctv, "--ctv"), parse_rot(rot))
+        text = resolve_text(text_file)
+        path = resolve_model(model)
+    except (CacheTypeError, ValueError, FileNotFoundError, ModelError) as e:
+        raise click.UsageError(str(e)) from e
+    out_dir = out_dir or Path(f"sweep-{Path(model).stem if Path(model).suffix == '.gguf' else model}")
+    console.print(f"model: {path.name}  text: {text.label}  n_ctx {n_ctx}, {chunks} chunks, "
+                  f"{len(configs)} configurations -> {out_dir}")
+    spec = SweepSpec(model=path, text=text, configs=configs, n_ctx=n_ctx, chunks=chunks, out_dir=out_dir,
+                     baseline=baseline, threads=threads)
+    t0 = time.time()
+    try:
+        with Progress(TextColumn("[bold]{task.fields[cfg]}"), TextColumn("config {task.fields[i]}/{task.fields[n]}"),
+                      BarColumn(), TextColumn("chunk {task.completed}/{task.total}"), TimeElapsedColumn(),
+                      TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True) as prog:
+            task = prog.add_task("sweep", total=chunks, cfg="", i=0, n=len(configs))
+            state = {"cfg": None}
+
+            def on_progress(label, i, n, j, m):
+                if state["cfg"] != label:
+                    state["cfg"] = label
+                    prog.reset(task, total=m, cfg=label, i=i, n=n)
+                prog.update(task, completed=j)
+
+            rows = run_sweep(spec, progress=on_progress, log=lambda m: prog.console.print(m))
+    except (BaselineMismatchError, TextTooShortError, OSError, EngineError, EngineNotBuiltError) as e:
+        raise click.ClickException(str(e)) from e
+    table = markdown_table(rows)
+    click.echo(table)
+    (out_dir / "table.md").write_text(f"model: {path.name}, text: {text.label}, n_ctx {n_ctx}, {chunks} chunks\n\n{table}\n")
+    write_csv(rows, out_dir / "results.csv")
+    plot(rows, out_dir / "sweep.png", f"{path.name} — {text.label.split(' (')[0]}, n_ctx {n_ctx}, {chunks} chunks")
+    console.print(f"wrote {out_dir}/results.jsonl, results.csv, table.md, sweep.png ({time.time() - t0:.0f} s)")
+    if recommend:
+        best = pick(rows, max_kld=max_kld, max_dppl=max_dppl)
+        if best is None:
+            raise click.ClickException("no configuration in this sweep meets the budget")
+        tq, ls = serve_flags(best, str(model))
+        click.echo(f"\nrecommended: K={best['ctk']} V={best['ctv']} rotation {best['rot']} — "
+                   f"{best['bits_per_value']:.2f} bits/value ({best['compression_vs_f16']:.2f}x vs f16), "
+                   f"KLD {best['kld_mean']:.5f}, ΔPPL {best['dppl_pct']:+.2f}%")
+        click.echo(f"  {tq}\n  {ls}")

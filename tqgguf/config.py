@@ -1,0 +1,542 @@
+"""The settings model: one place that declares every setting, its variables and its flag.
+
+Sources, highest first: CLI flag > ``TQGGUF_*`` variable > ``OLLAMA_*`` variable > default.
+Every resolved value remembers where it came from (:class:`Source`), so ``tqgguf env``
+and the server's startup log can say "V turbo4 (from TQGGUF_KV_CACHE_TYPE_V)".
+
+Stricter than Ollama: Ollama silently falls back to a default (or to ``true``) when a
+variable cannot be parsed; here a bad boolean, number, duration, host or cache type is a
+:class:`SettingsError` naming the variable (or flag), the value and what is allowed. An
+empty variable counts as unset (as in Ollama). Only the value that wins is parsed: a
+variable shadowed by a flag is shown by ``tqgguf env`` but cannot break a run.
+
+Use::
+
+    settings = resolve_settings({"cache_type_k": "q8_0"})   # overrides: field -> raw flag value
+    settings.cache_type_k, settings.source("cache_type_k")   # 'q8_0', Source(kind='flag', ...)
+
+Settings are plain data: the server, the runtime and the measurement verbs read them;
+this module imports nothing heavy (no engine, no server).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from .cachetypes import KV_CACHE_TYPES, CacheTypeError, check_cache_type, is_quantized
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11434
+FLASH_ATTN_MODES = ("on", "off", "auto")
+
+#: Every environment variable tqgguf reads, declared once with its description
+#: (like Ollama's ``envconfig``). ``tqgguf env`` lists them all.
+VARIABLES: dict[str, str] = {
+    "TQGGUF_KV_CACHE_TYPE": "K and V cache type together (like OLLAMA_KV_CACHE_TYPE)",
+    "TQGGUF_KV_CACHE_TYPE_K": "K cache type; overrides TQGGUF_KV_CACHE_TYPE for K",
+    "TQGGUF_KV_CACHE_TYPE_V": "V cache type; overrides TQGGUF_KV_CACHE_TYPE for V",
+    "TQGGUF_FLASH_ATTENTION": "flash attention: on, off, auto or a boolean",
+    "TQGGUF_ATTN_ROTATION": "Hadamard rotation of Q/K/V for quantized caches (boolean)",
+    "TQGGUF_HOST": "address to serve on: host, :port, host:port or http(s)://host:port",
+    "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
+    "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
+    "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
+    "TQGGUF_MODELS": "directory of downloaded models",
+    "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
+    "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
+    "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",
+    "OLLAMA_CONTEXT_LENGTH": "Ollama's context length; used when TQGGUF_CONTEXT_LENGTH is unset",
+    "OLLAMA_NUM_PARALLEL": "Ollama's parallel requests; used when TQGGUF_NUM_PARALLEL is unset",
+    "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
+    "OLLAMA_MODELS": "Ollama's model directory; used when TQGGUF_MODELS is unset",
+    "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
+    "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",
+    "TQGGUF_REQUIRE_ENGINE": "tests: 1 makes a missing engine a failure instead of a skip",
+}
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used. ``errors`` holds one message per problem, each naming
+    the variable or flag, the value given and what is allowed."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+class _Unset:
+    """Parser result meaning "this value does not set this setting; ask the next source"."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a resolved value came from.
+
+    kind: "flag", "env" or "default"; name: the flag (``--ctk``) or variable
+    (``OLLAMA_HOST``), None for a default; raw: the text as given (None for a default).
+    """
+
+    kind: Literal["flag", "env", "default"]
+    name: str | None = None
+    raw: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "default":
+            return "default"
+        return f"{self.kind} {self.name}"
+
+    def describe(self) -> str:
+        """``flag --ctk='q8_0'``, ``env TQGGUF_HOST='0.0.0.0'`` or ``default``."""
+        if self.kind == "default":
+            return "default"
+        return f"{self.kind} {self.name}={self.raw!r}"
+
+
+# ----------------------------------------------------------------------------------------
+# Parsers: text -> value, raising ValueError with "what is allowed" in the message.
+
+
+_TRUE = {"1", "t", "true", "yes", "y", "on"}
+_FALSE = {"0", "f", "false", "no", "n", "off"}
+BOOL_ALLOWED = "a boolean: 1/0, true/false, yes/no, on/off"
+
+
+def parse_bool(value: Any) -> bool:
+    """Parse a boolean: ``1/0, t/f, true/false, yes/no, y/n, on/off`` (any case).
+
+    Raises ValueError for anything else (Ollama would treat it as true).
+    """
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError(f"not {BOOL_ALLOWED}")
+
+
+def parse_int(value: Any, lo: int, hi: int) -> int:
+    """Parse a decimal integer in [lo, hi]; raises ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not an integer; allowed: an integer from {lo} to {hi}")
+    if isinstance(value, int):
+        n = value
+    else:
+        s = str(value).strip()
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise ValueError(f"not an integer; allowed: an integer from {lo} to {hi}")
+        n = int(s)
+    if not lo <= n <= hi:
+        raise ValueError(f"out of range; allowed: an integer from {lo} to {hi}")
+    return n
+
+
+_DUR_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DUR_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+DURATION_ALLOWED = ("a duration like 5m, 1h30m, 30s, 500ms, a number of seconds (300), "
+                    "0 (unload at once) or a negative value (-1: forever)")
+
+
+def parse_duration(value: Any) -> float:
+    """Parse an Ollama keep-alive duration to seconds.
+
+    Accepts Go durations (``5m``, ``1h30m``, ``1.5h``, ``300ms``) and plain numbers of
+    seconds (``300``, ``-1``, also floats from JSON). Negative means forever and is
+    returned as ``-1.0``. Raises ValueError for anything else.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration; allowed: {DURATION_ALLOWED}")
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    else:
+        s = str(value).strip()
+        if re.fullmatch(r"[+-]?\d+(\.\d+)?", s):
+            secs = float(s)
+        else:
+            sign = -1.0 if s.startswith("-") else 1.0
+            body = s.lstrip("+-") if s[:1] in "+-" else s
+            if not body:
+                raise ValueError(f"not a duration; allowed: {DURATION_ALLOWED}")
+            pos, total = 0, 0.0
+            for m in _DUR_PART.finditer(body):
+                if m.start() != pos:
+                    break
+                total += float(m.group(1)) * _DUR_UNITS[m.group(2)]
+                pos = m.end()
+            if pos != len(body):
+                raise ValueError(f"not a duration; allowed: {DURATION_ALLOWED}")
+            secs = sign * total
+    if math.isnan(secs) or (math.isinf(secs) and secs > 0):
+        raise ValueError(f"not a duration; allowed: {DURATION_ALLOWED}")
+    return -1.0 if secs < 0 else secs
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds to a short Ollama-style text: ``forever`` (negative), ``0s``, ``5m``, ``1h30m``, ``2.5s``."""
+    if seconds < 0:
+        return "forever"
+    if seconds == 0:
+        return "0s"
+    if seconds != int(seconds) or seconds < 1:
+        return f"{seconds:g}s"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (sec, "s")) if v) or "0s"
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """A parsed listen address. port is None when the text named no port (bare host)."""
+
+    scheme: str
+    host: str
+    port: int | None
+
+
+HOST_ALLOWED = ("host, :port, host:port, [ipv6]:port or http(s)://host[:port], "
+                "with a port from 1 to 65535")
+_HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
+
+
+def parse_host(value: Any) -> HostPort:
+    """Parse an address the way Ollama reads ``OLLAMA_HOST``.
+
+    ``0.0.0.0`` (no port: port left to the next source, finally 11434), ``:8080``
+    (all interfaces), ``host:port``, ``[::1]:8080``, ``http://host:port``;
+    ``http://host`` means port 80 and ``https://host`` 443, as in Ollama. A trailing
+    ``/`` is allowed. Raises ValueError for an unknown scheme, a path, a bad port or a
+    malformed host (Ollama would silently use its default).
+    """
+    s = str(value).strip()
+    scheme, default_port = "http", None
+    if "://" in s:
+        scheme, s = s.split("://", 1)
+        scheme = scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(f"unknown scheme {scheme!r}; allowed: {HOST_ALLOWED}")
+        default_port = 80 if scheme == "http" else 443
+    s = s.rstrip("/")
+    if re.fullmatch(r"\d+", s):
+        raise ValueError(f"{s!r} is ambiguous: write :{s} for a port or give a host name; allowed: {HOST_ALLOWED}")
+    if "/" in s:
+        raise ValueError(f"a path is not allowed; allowed: {HOST_ALLOWED}")
+    host, port_text = s, None
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0:
+            raise ValueError(f"unclosed '['; allowed: {HOST_ALLOWED}")
+        host, rest = s[1:end], s[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"malformed address; allowed: {HOST_ALLOWED}")
+            port_text = rest[1:]
+    elif s.count(":") == 1:
+        host, port_text = s.split(":")
+    elif s.count(":") > 1:  # bare IPv6 address
+        host = s
+    if port_text is not None:
+        try:
+            port = parse_int(port_text, 1, 65535)
+        except ValueError:
+            raise ValueError(f"bad port {port_text!r}; allowed: {HOST_ALLOWED}") from None
+    else:
+        port = default_port
+    if host == "":
+        if port_text is None:
+            raise ValueError(f"empty address; allowed: {HOST_ALLOWED}")
+        host = "0.0.0.0"  # ":8080" listens on every interface, as in Ollama
+    elif ":" in host:
+        if not re.fullmatch(r"[0-9A-Fa-f:.]+", host):
+            raise ValueError(f"malformed IPv6 address {host!r}; allowed: {HOST_ALLOWED}")
+    elif not _HOSTNAME.fullmatch(host):
+        raise ValueError(f"malformed host {host!r}; allowed: {HOST_ALLOWED}")
+    return HostPort(scheme, host, port)
+
+
+def parse_flash_attention(value: Any) -> str:
+    """``on``, ``off``, ``auto``, or a boolean (true -> on, false -> off, as Ollama's
+    ``OLLAMA_FLASH_ATTENTION=1``). Raises ValueError otherwise."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    s = str(value).strip().lower()
+    if s in FLASH_ATTN_MODES:
+        return s
+    try:
+        return "on" if parse_bool(s) else "off"
+    except ValueError:
+        raise ValueError(f"allowed: on, off, auto or {BOOL_ALLOWED}") from None
+
+
+def parse_cache_type(value: Any) -> str:
+    """A KV cache type name (case-insensitive) -> canonical name; ValueError lists the valid ones."""
+    try:
+        return check_cache_type(value)
+    except CacheTypeError:
+        raise ValueError(f"unknown cache type; allowed: {', '.join(KV_CACHE_TYPES)}") from None
+
+
+def _host_part(value: Any) -> Any:
+    return parse_host(value).host
+
+
+def _port_part(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return parse_int(value, 1, 65535)
+    s = str(value).strip()
+    if re.fullmatch(r"[+-]?\d+", s):  # a bare port (the --port flag)
+        return parse_int(s, 1, 65535)
+    port = parse_host(value).port
+    return UNSET if port is None else port
+
+
+def default_models_dir() -> Path:
+    """``<TQGGUF_CACHE or ~/.cache/tqgguf>/models`` (the same default as ``tqgguf.models``)."""
+    root = os.environ.get("TQGGUF_CACHE") or os.path.join("~", ".cache", "tqgguf")
+    return Path(os.path.expanduser(root)) / "models"
+
+
+def _models_dir(value: Any) -> Path:
+    p = Path(os.path.expanduser(str(value).strip()))
+    if p.exists() and not p.is_dir():
+        raise ValueError("exists and is not a directory; allowed: a directory path")
+    return p
+
+
+@dataclass(frozen=True)
+class Var:
+    """How one setting is read: ``flags`` are (override key, flag text) pairs, highest
+    first; ``env`` the variables, highest first; ``parse`` turns a raw value into the
+    setting's value (ValueError on bad input, UNSET to pass to the next source)."""
+
+    flags: tuple[tuple[str, str], ...]
+    env: tuple[str, ...]
+    parse: Callable[[Any], Any]
+
+
+_KV_K_ENV = ("TQGGUF_KV_CACHE_TYPE_K", "TQGGUF_KV_CACHE_TYPE", "OLLAMA_KV_CACHE_TYPE")
+_KV_V_ENV = ("TQGGUF_KV_CACHE_TYPE_V", "TQGGUF_KV_CACHE_TYPE", "OLLAMA_KV_CACHE_TYPE")
+_HOST_ENV = ("TQGGUF_HOST", "OLLAMA_HOST")
+
+
+class Settings(BaseModel):
+    """Every tqgguf setting, resolved. Build it with :func:`resolve_settings`, which also
+    records each value's :class:`Source` (``settings.source(name)``).
+
+    Constructing it directly validates values with the same parsers (strings are parsed,
+    e.g. ``Settings(keep_alive="5m")``); the sources are then all "default".
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cache_type_k: Annotated[str, Var((("cache_type_k", "--ctk"),), _KV_K_ENV, parse_cache_type)] = Field(
+        "f16", description="K cache type (ggml name)")
+    cache_type_v: Annotated[str, Var((("cache_type_v", "--ctv"),), _KV_V_ENV, parse_cache_type)] = Field(
+        "f16", description="V cache type (ggml name); a quantized V needs flash attention")
+    flash_attention: Annotated[str, Var((("flash_attention", "-fa"),),
+                                        ("TQGGUF_FLASH_ATTENTION", "OLLAMA_FLASH_ATTENTION"),
+                                        parse_flash_attention)] = Field(
+        "auto", description="flash attention: on, off or auto (auto = on for every backend tqgguf builds)")
+    attn_rotation: Annotated[bool, Var((("attn_rotation", "--rot/--no-rot"),), ("TQGGUF_ATTN_ROTATION",),
+                                       parse_bool)] = Field(
+        True, description="Hadamard rotation of Q/K/V for quantized caches (off = LLAMA_ATTN_ROT_DISABLE=1)")
+    host: Annotated[str, Var((("host", "--host"),), _HOST_ENV, _host_part)] = Field(
+        DEFAULT_HOST, description="interface to listen on")
+    port: Annotated[int, Var((("port", "--port"), ("host", "--host")), _HOST_ENV, _port_part)] = Field(
+        DEFAULT_PORT, description="TCP port to listen on")
+    context_length: Annotated[int, Var((("context_length", "-c"),),
+                                       ("TQGGUF_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"),
+                                       lambda v: parse_int(v, 64, 1 << 24))] = Field(
+        4096, description="context length in tokens, per slot")
+    num_parallel: Annotated[int, Var((("num_parallel", "-np"),), ("TQGGUF_NUM_PARALLEL", "OLLAMA_NUM_PARALLEL"),
+                                     lambda v: parse_int(v, 1, 256))] = Field(
+        1, description="parallel request slots (each its own context and KV cache)")
+    keep_alive: Annotated[float, Var((("keep_alive", "--keep-alive"),), ("TQGGUF_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE"),
+                                     parse_duration)] = Field(
+        300.0, description="seconds an idle model stays loaded (-1 = forever, 0 = unload after each request)")
+    models: Annotated[Path, Var((), ("TQGGUF_MODELS", "OLLAMA_MODELS"), _models_dir)] = Field(
+        default_factory=default_models_dir, description="directory of downloaded models")
+
+    _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_raw(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        out, errors = dict(data), []
+        for name, value in data.items():
+            var = _var(name) if name in cls.model_fields else None
+            if var is None or value is None:
+                continue
+            try:
+                parsed = var.parse(value)
+            except ValueError as e:
+                errors.append(f"{name}={value!r}: {e}")
+                continue
+            if parsed is not UNSET:
+                out[name] = parsed
+        if errors:
+            raise ValueError("; ".join(errors))
+        return out
+
+    def source(self, name: str) -> Source:
+        """The Source of setting ``name`` (``default`` when built without resolve_settings)."""
+        if name not in type(self).model_fields:
+            raise KeyError(name)
+        return self._sources.get(name, Source("default"))
+
+    @property
+    def sources(self) -> dict[str, Source]:
+        """Source of every setting, by name."""
+        return {n: self.source(n) for n in type(self).model_fields}
+
+    def display(self, name: str) -> str:
+        """The value of setting ``name`` as text (durations as ``5m``/``forever``)."""
+        v = getattr(self, name)
+        if name == "keep_alive":
+            return format_duration(v)
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        return str(v)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One dict per setting: name, value (JSON-able), display, source (kind, name, raw),
+        flags, env (variables, highest first) and description."""
+        rows = []
+        for name, field in type(self).model_fields.items():
+            var = _var(name)
+            v = getattr(self, name)
+            src = self.source(name)
+            rows.append({
+                "name": name, "value": str(v) if isinstance(v, Path) else v, "display": self.display(name),
+                "source": {"kind": src.kind, "name": src.name, "raw": src.raw}, "source_text": str(src),
+                "flags": [f for _, f in var.flags], "env": list(var.env), "description": field.description,
+            })
+        return rows
+
+
+def _var(name: str) -> Var:
+    for m in Settings.model_fields[name].metadata:
+        if isinstance(m, Var):
+            return m
+    raise KeyError(name)  # pragma: no cover - every field declares a Var
+
+
+def _check_declarations() -> None:
+    for name in Settings.model_fields:
+        for env in _var(name).env:
+            assert env in VARIABLES, f"{name}: undeclared variable {env}"
+
+
+_check_declarations()
+
+
+def _present(environ: Mapping[str, str], name: str) -> str | None:
+    v = environ.get(name)
+    if v is None or not str(v).strip():
+        return None
+    return str(v)
+
+
+def candidates(name: str, cli_overrides: Mapping[str, Any], environ: Mapping[str, str]) -> list[tuple[Source, Any]]:
+    """Every source that offers a value for setting ``name``, highest precedence first
+    (flags, then variables); the default is not included. Values are raw (unparsed)."""
+    var = _var(name)
+    out: list[tuple[Source, Any]] = []
+    for key, flag in var.flags:
+        v = cli_overrides.get(key)
+        if v is not None:
+            out.append((Source("flag", flag, str(v)), v))
+    for env in var.env:
+        v = _present(environ, env)
+        if v is not None:
+            out.append((Source("env", env, v), v))
+    return out
+
+
+def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
+                     environ: Mapping[str, str] | None = None, *, check: bool = True) -> Settings:
+    """Resolve every setting from CLI overrides, the environment and the defaults.
+
+    Args:
+        cli_overrides: setting name -> raw flag value (string or typed; None = flag not
+            given). Keys: the field names of :class:`Settings`; ``host`` may carry a port.
+        environ: variables to read (default ``os.environ``).
+        check: also check combinations (``-fa off`` with a quantized V cache).
+    Returns:
+        Settings, with ``settings.source(name)`` telling flag / variable / default.
+    Raises:
+        SettingsError: listing every bad value (variable or flag, value, what is allowed)
+            and bad combinations (naming where each side came from).
+    """
+    cli_overrides = dict(cli_overrides or {})
+    unknown = set(cli_overrides) - {k for n in Settings.model_fields for k, _ in _var(n).flags}
+    if unknown:
+        raise KeyError(f"unknown setting override(s): {', '.join(sorted(unknown))}")
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+    errors: list[str] = []
+    for name in Settings.model_fields:
+        var = _var(name)
+        for src, raw in candidates(name, cli_overrides, environ):
+            try:
+                parsed = var.parse(raw)
+            except ValueError as e:
+                what = f"{src.name} {raw!r}" if src.kind == "flag" else f"{src.name}={raw!r}"
+                errors.append(f"{what}: {e}")
+                break
+            if parsed is UNSET:
+                continue
+            values[name], sources[name] = parsed, src
+            break
+    if errors:
+        raise SettingsError(errors)
+    settings = Settings.model_construct(**{**Settings().model_dump(), **values})
+    settings._sources = sources
+    if check:
+        check_settings(settings)
+    return settings
+
+
+def check_settings(settings: Settings) -> None:
+    """Check combinations: ``-fa off`` with a quantized V cache (llama.cpp needs flash
+    attention for it). Raises SettingsError naming where each value came from."""
+    if settings.flash_attention == "off" and is_quantized(settings.cache_type_v):
+        fa_src, v_src = settings.source("flash_attention"), settings.source("cache_type_v")
+        raise SettingsError([
+            f"flash attention is off (from {fa_src.describe()}) but the V cache type "
+            f"{settings.cache_type_v} (from {v_src.describe()}) is quantized; llama.cpp needs flash "
+            f"attention for a quantized V cache: use -fa on|auto or a V cache type of f16, bf16 or f32"])
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``TQGGUF_*`` variables that are set but not declared (likely typos), sorted."""
+    environ = os.environ if environ is None else environ
+    return sorted(k for k in environ if k.startswith("TQGGUF_") and k not in VARIABLES)
+
+
+def settings_report(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """JSON-able report for ``tqgguf env --json``: settings (value, source, flags,
+    variables, description), variables (value or None, description) and unknown
+    ``TQGGUF_*`` variables."""
+    environ = os.environ if environ is None else environ
+    return {
+        "settings": {r.pop("name"): r for r in settings.describe()},
+        "variables": {k: {"value": _present(environ, k), "description": d} for k, d in VARIABLES.items()},
+        "unknown_variables": unknown_variables(environ),
+    }

