@@ -110,7 +110,7 @@ class Source:
 
 _TRUE = {"1", "t", "true", "yes", "y", "on"}
 _FALSE = {"0", "f", "false", "no", "n", "off"}
-BOOL_ALLOWED = "a boolean: 1/0, true/false, yes/no, on/off"
+BOOL_ALLOWED = "1/0, true/false, yes/no, on/off"
 
 
 def parse_bool(value: Any) -> bool:
@@ -125,7 +125,7 @@ def parse_bool(value: Any) -> bool:
         return True
     if s in _FALSE:
         return False
-    raise ValueError(f"not {BOOL_ALLOWED}")
+    raise ValueError(f"not a boolean; allowed: {BOOL_ALLOWED}")
 
 
 def parse_int(value: Any, lo: int, hi: int) -> int:
@@ -278,7 +278,7 @@ def parse_flash_attention(value: Any) -> str:
     try:
         return "on" if parse_bool(s) else "off"
     except ValueError:
-        raise ValueError(f"allowed: on, off, auto or {BOOL_ALLOWED}") from None
+        raise ValueError(f"not a flash attention mode; allowed: on, off, auto or a boolean ({BOOL_ALLOWED})") from None
 
 
 def parse_cache_type(value: Any) -> str:
@@ -293,12 +293,12 @@ def _host_part(value: Any) -> Any:
     return parse_host(value).host
 
 
+def parse_port(value: Any) -> int:
+    """A TCP port, 1 to 65535 (ValueError otherwise)."""
+    return parse_int(value, 1, 65535)
+
+
 def _port_part(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return parse_int(value, 1, 65535)
-    s = str(value).strip()
-    if re.fullmatch(r"[+-]?\d+", s):  # a bare port (the --port flag)
-        return parse_int(s, 1, 65535)
     port = parse_host(value).port
     return UNSET if port is None else port
 
@@ -320,11 +320,19 @@ def _models_dir(value: Any) -> Path:
 class Var:
     """How one setting is read: ``flags`` are (override key, flag text) pairs, highest
     first; ``env`` the variables, highest first; ``parse`` turns a raw value into the
-    setting's value (ValueError on bad input, UNSET to pass to the next source)."""
+    setting's value (ValueError on bad input, UNSET to pass to the next source);
+    ``flag_parse`` maps an override key to its own parser (``--port`` takes a bare port,
+    while a port inside ``--host`` is parsed as an address)."""
 
     flags: tuple[tuple[str, str], ...]
     env: tuple[str, ...]
     parse: Callable[[Any], Any]
+    flag_parse: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
+
+    def parser_for(self, src: "Source", key: str | None) -> Callable[[Any], Any]:
+        if src.kind == "flag" and key is not None:
+            return dict(self.flag_parse).get(key, self.parse)
+        return self.parse
 
 
 _KV_K_ENV = ("TQGGUF_KV_CACHE_TYPE_K", "TQGGUF_KV_CACHE_TYPE", "OLLAMA_KV_CACHE_TYPE")
@@ -355,7 +363,8 @@ class Settings(BaseModel):
         True, description="Hadamard rotation of Q/K/V for quantized caches (off = LLAMA_ATTN_ROT_DISABLE=1)")
     host: Annotated[str, Var((("host", "--host"),), _HOST_ENV, _host_part)] = Field(
         DEFAULT_HOST, description="interface to listen on")
-    port: Annotated[int, Var((("port", "--port"), ("host", "--host")), _HOST_ENV, _port_part)] = Field(
+    port: Annotated[int, Var((("port", "--port"), ("host", "--host")), _HOST_ENV, _port_part,
+                             (("port", parse_port),))] = Field(
         DEFAULT_PORT, description="TCP port to listen on")
     context_length: Annotated[int, Var((("context_length", "-c"),),
                                        ("TQGGUF_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"),
@@ -383,7 +392,7 @@ class Settings(BaseModel):
             if var is None or value is None:
                 continue
             try:
-                parsed = var.parse(value)
+                parsed = dict(var.flag_parse).get(name, var.parse)(value)
             except ValueError as e:
                 errors.append(f"{name}={value!r}: {e}")
                 continue
@@ -452,19 +461,22 @@ def _present(environ: Mapping[str, str], name: str) -> str | None:
     return str(v)
 
 
-def candidates(name: str, cli_overrides: Mapping[str, Any], environ: Mapping[str, str]) -> list[tuple[Source, Any]]:
+def candidates(name: str, cli_overrides: Mapping[str, Any],
+               environ: Mapping[str, str]) -> list[tuple[Source, Any, Callable[[Any], Any]]]:
     """Every source that offers a value for setting ``name``, highest precedence first
-    (flags, then variables); the default is not included. Values are raw (unparsed)."""
+    (flags, then variables), each with its raw value and the parser for it; the default
+    is not included."""
     var = _var(name)
-    out: list[tuple[Source, Any]] = []
+    out: list[tuple[Source, Any, Callable[[Any], Any]]] = []
     for key, flag in var.flags:
         v = cli_overrides.get(key)
         if v is not None:
-            out.append((Source("flag", flag, str(v)), v))
+            src = Source("flag", flag, str(v))
+            out.append((src, v, var.parser_for(src, key)))
     for env in var.env:
         v = _present(environ, env)
         if v is not None:
-            out.append((Source("env", env, v), v))
+            out.append((Source("env", env, v), v, var.parse))
     return out
 
 
@@ -492,13 +504,13 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
     sources: dict[str, Source] = {}
     errors: list[str] = []
     for name in Settings.model_fields:
-        var = _var(name)
-        for src, raw in candidates(name, cli_overrides, environ):
+        for src, raw, parse in candidates(name, cli_overrides, environ):
             try:
-                parsed = var.parse(raw)
+                parsed = parse(raw)
             except ValueError as e:
                 what = f"{src.name} {raw!r}" if src.kind == "flag" else f"{src.name}={raw!r}"
-                errors.append(f"{what}: {e}")
+                if f"{what}: {e}" not in errors:
+                    errors.append(f"{what}: {e}")
                 break
             if parsed is UNSET:
                 continue

@@ -125,11 +125,18 @@ def apply_patches(llama_dir: Path) -> None:
         cmd = ["patch", "-p1", "--forward", "--batch", "-d", str(llama_dir), "-i", str(patch)]
         dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True)
         if dry.returncode != 0:
-            files = [ln.split("patching file ", 1)[1] for ln in dry.stdout.splitlines() if "patching file" in ln]
-            failed = [ln for ln in dry.stdout.splitlines() if "FAILED" in ln or "can't find" in ln.lower()]
+            current, failed, details = "?", [], []
+            for ln in dry.stdout.splitlines():
+                for verb in ("checking file ", "patching file "):
+                    if ln.startswith(verb):
+                        current = ln[len(verb):].strip()
+                if "FAILED" in ln or "can't find" in ln.lower() or "No file to patch" in ln:
+                    details.append(f"{current}: {ln.strip()}")
+                    if current not in failed:
+                        failed.append(current)
             raise PatchError(
-                f"patch {patch.name} does not apply to llama.cpp {PIN.llama_cpp_commit} "
-                f"(files: {', '.join(files) or '?'}):\n" + "\n".join(failed or dry.stdout.splitlines()[-5:]))
+                f"patch {patch.name} does not apply to llama.cpp {PIN.llama_cpp_commit}; failing file(s): "
+                f"{', '.join(failed) or '?'}\n" + "\n".join(details or dry.stdout.splitlines()[-5:]))
         subprocess.run(cmd, check=True, capture_output=True)
 
 

@@ -1,0 +1,96 @@
+"""Build driver: patches apply to the pinned sdist, a broken patch is named, fingerprints are stable."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tqgguf.build import PatchError
+from tqgguf.build import source
+from tqgguf.build.driver import BuildConfig, fingerprint, installed_build_info
+
+
+def _files_of_series() -> set[str]:
+    import re
+
+    files = set()
+    for p in source.series():
+        files.update(re.findall(r"^\+\+\+ b/(\S+)", p.read_text(), flags=re.M))
+    return files
+
+
+@pytest.fixture(scope="module")
+def upstream_files(tmp_path_factory) -> Path:
+    """The upstream files the series touches, extracted from the pinned (verified) sdist."""
+    sdist = source.fetch_sdist(log=lambda m: None)
+    root = tmp_path_factory.mktemp("upstream")
+    prefix = f"{source.PIN.tree_name}/vendor/llama.cpp/"
+    wanted = {prefix + f for f in _files_of_series()}
+    with tarfile.open(sdist) as tf:
+        members = [m for m in tf.getmembers() if m.name in wanted]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        tf.extractall(root, members=members)
+    return root
+
+
+def test_every_patch_applies_cleanly_to_the_pinned_tree(upstream_files, tmp_path):
+    tree = tmp_path / "llama.cpp"
+    shutil.copytree(upstream_files, tree)
+    source.apply_patches(tree)
+    assert "GGML_TYPE_TURBO4_0" in (tree / "ggml/include/ggml.h").read_text()
+    assert '"turbo3"' in (tree / "ggml/src/ggml.c").read_text()
+
+
+def test_a_patch_that_no_longer_applies_stops_the_build_and_is_named(upstream_files, tmp_path):
+    tree = tmp_path / "llama.cpp"
+    shutil.copytree(upstream_files, tree)
+    h = tree / "ggml/include/ggml.h"
+    h.write_text(h.read_text().replace("GGML_TYPE_COUNT   = 43,", "GGML_TYPE_Q3_0    = 43,\n        GGML_TYPE_COUNT   = 44,"))
+    with pytest.raises(PatchError) as e:
+        source.apply_patches(tree)
+    msg = str(e.value)
+    assert "0001-ggml-turbo-types.patch" in msg
+    assert "ggml/include/ggml.h" in msg
+
+
+def test_fingerprint_is_stable_and_changes_with_flags_and_backend():
+    a, b = fingerprint(BuildConfig()), fingerprint(BuildConfig())
+    assert a == b and len(a) == 64
+    assert fingerprint(BuildConfig(backend="cuda", cuda_arch="90")) != a
+    assert fingerprint(BuildConfig(extra_defines={"GGML_AVX512": "OFF"})) != a
+
+
+def test_unknown_backend_is_refused_with_the_allowed_list():
+    with pytest.raises(ValueError, match="cpu, cuda, metal"):
+        BuildConfig(backend="vulkan")
+
+
+def test_sdist_checksum_mismatch_is_refused(tmp_path, monkeypatch):
+    bad = tmp_path / source.PIN.sdist_name
+    bad.write_bytes(b"not the sdist")
+    monkeypatch.setenv("TQGGUF_SDIST", str(bad))
+    with pytest.raises(source.SourceError, match="does not match the pin"):
+        source.fetch_sdist(log=lambda m: None)
+
+
+@pytest.mark.engine
+def test_second_build_with_nothing_changed_is_a_fast_no_op():
+    info = installed_build_info()
+    if info is None or info.get("fingerprint") != fingerprint(BuildConfig(backend=info.get("backend", "cpu"))):
+        pytest.skip("installed engine is not this checkout's build")
+    out = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--backend", info.get("backend", "cpu")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "already built and installed" in out.stderr
+    assert "nothing to do" in out.stderr
+
+
+def test_generated_codebook_header_is_current():
+    out = subprocess.run([sys.executable, "scripts/gen_turbo_tables.py", "--check"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr

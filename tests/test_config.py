@@ -1,0 +1,238 @@
+"""Settings: precedence (flag > TQGGUF_* > OLLAMA_* > default), sources, strict parsing,
+and ``tqgguf env``. Pure Python: no engine, no model, no network."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tqgguf.cachetypes import KV_CACHE_TYPES
+from tqgguf.cli import main
+from tqgguf.config import (VARIABLES, Settings, SettingsError, format_duration, parse_duration, parse_host,
+                           resolve_settings, settings_report, unknown_variables)
+
+# (setting, flag key, flag value, TQGGUF variable, value, OLLAMA variable or None, value,
+#  expected value from flag, from TQGGUF, from OLLAMA, default)
+MATRIX = [
+    ("cache_type_k", "cache_type_k", "turbo3", "TQGGUF_KV_CACHE_TYPE_K", "turbo4", "OLLAMA_KV_CACHE_TYPE", "q4_0",
+     "turbo3", "turbo4", "q4_0", "f16"),
+    ("cache_type_v", "cache_type_v", "turbo3", "TQGGUF_KV_CACHE_TYPE_V", "turbo4", "OLLAMA_KV_CACHE_TYPE", "q4_0",
+     "turbo3", "turbo4", "q4_0", "f16"),
+    ("flash_attention", "flash_attention", "auto", "TQGGUF_FLASH_ATTENTION", "off", "OLLAMA_FLASH_ATTENTION", "1",
+     "auto", "off", "on", "auto"),
+    ("attn_rotation", "attn_rotation", False, "TQGGUF_ATTN_ROTATION", "false", None, None,
+     False, False, None, True),
+    ("host", "host", "10.0.0.1", "TQGGUF_HOST", "10.0.0.2", "OLLAMA_HOST", "10.0.0.3",
+     "10.0.0.1", "10.0.0.2", "10.0.0.3", "127.0.0.1"),
+    ("port", "port", "1111", "TQGGUF_HOST", ":2222", "OLLAMA_HOST", "0.0.0.0:3333",
+     1111, 2222, 3333, 11434),
+    ("context_length", "context_length", "1024", "TQGGUF_CONTEXT_LENGTH", "2048", "OLLAMA_CONTEXT_LENGTH", "8192",
+     1024, 2048, 8192, 4096),
+    ("num_parallel", "num_parallel", "2", "TQGGUF_NUM_PARALLEL", "3", "OLLAMA_NUM_PARALLEL", "4",
+     2, 3, 4, 1),
+    ("keep_alive", "keep_alive", "30s", "TQGGUF_KEEP_ALIVE", "1h", "OLLAMA_KEEP_ALIVE", "-1",
+     30.0, 3600.0, -1.0, 300.0),
+    ("models", None, None, "TQGGUF_MODELS", "/tmp/tq-models", "OLLAMA_MODELS", "/tmp/ollama-models",
+     None, Path("/tmp/tq-models"), Path("/tmp/ollama-models"), None),
+]
+
+
+def _ids(row):
+    return row[0]
+
+
+@pytest.mark.parametrize("row", MATRIX, ids=_ids)
+def test_flag_beats_tqgguf_beats_ollama_beats_default(row):
+    name, key, flag_v, tq, tq_v, ol, ol_v, exp_flag, exp_tq, exp_ol, exp_default = row
+    env_all = {tq: tq_v, **({ol: ol_v} if ol else {})}
+    if key is not None:
+        s = resolve_settings({key: flag_v}, env_all, check=False)
+        assert getattr(s, name) == exp_flag
+        assert s.source(name).kind == "flag"
+    s = resolve_settings({}, env_all, check=False)
+    assert getattr(s, name) == exp_tq
+    assert (s.source(name).kind, s.source(name).name) == ("env", tq)
+    if ol:
+        s = resolve_settings({}, {ol: ol_v}, check=False)
+        assert getattr(s, name) == exp_ol
+        assert (s.source(name).kind, s.source(name).name, s.source(name).raw) == ("env", ol, ol_v)
+    s = resolve_settings({}, {}, check=False)
+    assert s.source(name).kind == "default"
+    if exp_default is not None:
+        assert getattr(s, name) == exp_default
+
+
+def test_joint_cache_type_sets_both_and_per_side_variables_override_it():
+    s = resolve_settings({}, {"TQGGUF_KV_CACHE_TYPE": "q8_0"})
+    assert (s.cache_type_k, s.cache_type_v) == ("q8_0", "q8_0")
+    assert s.source("cache_type_v").name == "TQGGUF_KV_CACHE_TYPE"
+    s = resolve_settings({}, {"TQGGUF_KV_CACHE_TYPE": "q8_0", "TQGGUF_KV_CACHE_TYPE_V": "turbo3",
+                              "OLLAMA_KV_CACHE_TYPE": "q4_0"})
+    assert (s.cache_type_k, s.cache_type_v) == ("q8_0", "turbo3")
+    assert s.source("cache_type_k").name == "TQGGUF_KV_CACHE_TYPE"
+    assert s.source("cache_type_v").name == "TQGGUF_KV_CACHE_TYPE_V"
+    s = resolve_settings({"cache_type_v": "TURBO4"}, {"OLLAMA_KV_CACHE_TYPE": "q4_0"})
+    assert (s.cache_type_k, s.cache_type_v) == ("q4_0", "turbo4")  # names are case-insensitive
+
+
+def test_empty_variable_counts_as_unset():
+    s = resolve_settings({}, {"TQGGUF_CONTEXT_LENGTH": "  ", "OLLAMA_CONTEXT_LENGTH": "2048"})
+    assert s.context_length == 2048
+    assert s.source("context_length").name == "OLLAMA_CONTEXT_LENGTH"
+
+
+def test_bare_host_leaves_the_port_to_the_next_source():
+    s = resolve_settings({"host": "0.0.0.0"}, {"OLLAMA_HOST": "127.0.0.1:9000"})
+    assert (s.host, s.port) == ("0.0.0.0", 9000)
+    assert s.source("host").kind == "flag" and s.source("port").name == "OLLAMA_HOST"
+    s = resolve_settings({"host": "localhost:8081", "port": "9999"}, {})
+    assert (s.host, s.port) == ("localhost", 9999)
+
+
+@pytest.mark.parametrize("text,scheme,host,port", [
+    ("0.0.0.0", "http", "0.0.0.0", None),
+    (":8080", "http", "0.0.0.0", 8080),
+    ("example.com:1234", "http", "example.com", 1234),
+    ("http://127.0.0.1:11435", "http", "127.0.0.1", 11435),
+    ("http://myhost", "http", "myhost", 80),
+    ("https://myhost/", "https", "myhost", 443),
+    ("[::1]:8000", "http", "::1", 8000),
+    ("::1", "http", "::1", None),
+])
+def test_host_forms_as_ollama_reads_them(text, scheme, host, port):
+    hp = parse_host(text)
+    assert (hp.scheme, hp.host, hp.port) == (scheme, host, port)
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("5m", 300.0), ("1h", 3600.0), ("30s", 30.0), ("1h30m", 5400.0), ("1.5h", 5400.0), ("500ms", 0.5),
+    ("300", 300.0), ("0", 0.0), ("-1", -1.0), ("-5m", -1.0),
+])
+def test_keep_alive_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_format_duration_round_trips_the_common_forms():
+    assert [format_duration(x) for x in (300, 3600, 5400, 30, 0, -1, 0.5)] == \
+        ["5m", "1h", "1h30m", "30s", "0s", "forever", "0.5s"]
+
+
+@pytest.mark.parametrize("var,value,allowed", [
+    ("TQGGUF_KV_CACHE_TYPE", "q9", "turbo4"),
+    ("OLLAMA_KV_CACHE_TYPE", "fp8", "q8_0"),
+    ("TQGGUF_KV_CACHE_TYPE_K", "turbo5", "turbo3"),
+    ("TQGGUF_ATTN_ROTATION", "maybe", "true/false"),
+    ("OLLAMA_FLASH_ATTENTION", "enabled", "on, off, auto"),
+    ("TQGGUF_CONTEXT_LENGTH", "4k", "integer"),
+    ("OLLAMA_CONTEXT_LENGTH", "10", "from 64"),
+    ("TQGGUF_NUM_PARALLEL", "0", "from 1 to 256"),
+    ("OLLAMA_NUM_PARALLEL", "two", "integer"),
+    ("TQGGUF_KEEP_ALIVE", "5 minutes", "5m"),
+    ("OLLAMA_KEEP_ALIVE", "1d", "1h30m"),
+    ("TQGGUF_HOST", "host:99999", "65535"),
+    ("OLLAMA_HOST", "ftp://host", "http(s)://"),
+    ("TQGGUF_HOST", "8080", ":8080"),
+])
+def test_bad_value_error_names_variable_value_and_what_is_allowed(var, value, allowed):
+    with pytest.raises(SettingsError) as ei:
+        resolve_settings({}, {var: value})
+    msg = str(ei.value)
+    assert var in msg and repr(value) in msg and "allowed" in msg and allowed in msg
+
+
+def test_bad_flag_error_names_the_flag():
+    with pytest.raises(SettingsError, match=r"--ctk 'q3_k'.*allowed: f32"):
+        resolve_settings({"cache_type_k": "q3_k"}, {})
+    with pytest.raises(SettingsError, match=r"--port 'http'"):
+        resolve_settings({"port": "http"}, {})
+
+
+def test_every_bad_value_is_reported_at_once():
+    with pytest.raises(SettingsError) as ei:
+        resolve_settings({}, {"TQGGUF_KV_CACHE_TYPE_V": "x", "OLLAMA_NUM_PARALLEL": "y", "TQGGUF_KEEP_ALIVE": "z"})
+    assert len(ei.value.errors) == 3
+
+
+def test_a_value_shadowed_by_a_higher_source_is_not_parsed():
+    s = resolve_settings({"num_parallel": "2"}, {"OLLAMA_NUM_PARALLEL": "lots"})
+    assert s.num_parallel == 2
+
+
+def test_fa_off_with_quantized_v_names_where_each_came_from():
+    with pytest.raises(SettingsError) as ei:
+        resolve_settings({"cache_type_v": "turbo4"}, {"OLLAMA_FLASH_ATTENTION": "false"})
+    msg = str(ei.value)
+    assert "OLLAMA_FLASH_ATTENTION='false'" in msg and "--ctv='turbo4'" in msg and "quantized" in msg
+    with pytest.raises(SettingsError, match=r"flag -fa='off'.*TQGGUF_KV_CACHE_TYPE='q8_0'"):
+        resolve_settings({"flash_attention": "off"}, {"TQGGUF_KV_CACHE_TYPE": "q8_0"})
+    s = resolve_settings({"flash_attention": "off", "cache_type_k": "turbo4"}, {})  # quantized K alone is fine
+    assert (s.flash_attention, s.cache_type_v) == ("off", "f16")
+
+
+def test_settings_constructed_directly_are_validated_with_the_same_parsers():
+    s = Settings(keep_alive="1h", attn_rotation="no", cache_type_k="Q8_0", port="8080")
+    assert (s.keep_alive, s.attn_rotation, s.cache_type_k, s.port) == (3600.0, False, "q8_0", 8080)
+    with pytest.raises(ValueError, match="unknown cache type"):
+        Settings(cache_type_v="q9")
+
+
+def test_every_setting_and_variable_is_described():
+    for name, field in Settings.model_fields.items():
+        assert field.description, name
+    for var, desc in VARIABLES.items():
+        assert desc, var
+    for ollama in ("OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION", "OLLAMA_HOST", "OLLAMA_CONTEXT_LENGTH",
+                   "OLLAMA_NUM_PARALLEL", "OLLAMA_KEEP_ALIVE", "OLLAMA_MODELS"):
+        used = [r for r in resolve_settings({}, {}).describe() if ollama in r["env"]]
+        assert used, f"{ollama} is not read by any setting"
+
+
+def test_unknown_tqgguf_variables_are_reported():
+    assert unknown_variables({"TQGGUF_KV_CACHE_TPYE": "q8_0", "TQGGUF_HOST": "x", "PATH": "/bin"}) == \
+        ["TQGGUF_KV_CACHE_TPYE"]
+
+
+def test_report_lists_every_setting_with_source_and_every_variable():
+    env = {"TQGGUF_KV_CACHE_TYPE": "turbo4", "OLLAMA_HOST": ":8080"}
+    rep = settings_report(resolve_settings({}, env), env)
+    assert set(rep["settings"]) == set(Settings.model_fields)
+    assert rep["settings"]["cache_type_k"]["source"] == {"kind": "env", "name": "TQGGUF_KV_CACHE_TYPE", "raw": "turbo4"}
+    assert rep["settings"]["port"]["value"] == 8080
+    assert set(rep["variables"]) == set(VARIABLES)
+    assert rep["variables"]["OLLAMA_HOST"]["value"] == ":8080"
+    assert rep["variables"]["TQGGUF_MODELS"]["value"] is None
+    json.dumps(rep, default=str)
+
+
+def _clean_env(**set_vars) -> dict:
+    env = {k: None for k in VARIABLES}
+    env.update(set_vars)
+    return env
+
+
+def test_env_command_json_shows_value_and_source():
+    r = CliRunner().invoke(main, ["env", "--json"],
+                           env=_clean_env(TQGGUF_KV_CACHE_TYPE_V="turbo3", OLLAMA_NUM_PARALLEL="4"))
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    st = rep["settings"]
+    assert st["cache_type_v"]["value"] == "turbo3" and st["cache_type_v"]["source"]["name"] == "TQGGUF_KV_CACHE_TYPE_V"
+    assert st["num_parallel"]["value"] == 4 and st["num_parallel"]["source"]["name"] == "OLLAMA_NUM_PARALLEL"
+    assert st["cache_type_k"]["source"]["kind"] == "default"
+    assert st["keep_alive"]["display"] == "5m"
+
+
+def test_env_command_table_lists_every_variable():
+    r = CliRunner().invoke(main, ["env"], env={**_clean_env(OLLAMA_KEEP_ALIVE="10m"), "COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    for var in VARIABLES:
+        assert var in r.output
+    assert "10m" in r.output
+
+
+def test_env_command_bad_value_exits_2_with_the_reason():
+    r = CliRunner().invoke(main, ["env"], env=_clean_env(TQGGUF_KV_CACHE_TYPE="q9"))
+    assert r.exit_code == 2
+    assert "TQGGUF_KV_CACHE_TYPE='q9'" in r.output and ", ".join(KV_CACHE_TYPES) in r.output
