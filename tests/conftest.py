@@ -27,7 +27,7 @@ def _check_engine() -> None:
     problem = _engine_problem()
     if problem is None:
         return
-    msg = f"engine not built ({problem}); run `tqgguf build`"
+    msg = f"engine not built: {problem}"
     if os.environ.get("TQGGUF_REQUIRE_ENGINE") == "1":
         pytest.fail(f"{msg} [TQGGUF_REQUIRE_ENGINE=1 demands it]", pytrace=False)
     pytest.skip(msg)

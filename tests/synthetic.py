@@ -27,6 +27,7 @@ def tiny_llama_gguf(path: Path, *, head_dim: int = 32, n_head: int = 2, n_layer:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_tokenizer_model("none")
+    w.add_vocab_size(n_vocab)
     rng = np.random.default_rng(0)
 
     def t(name, *shape):

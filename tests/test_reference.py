@@ -250,12 +250,6 @@ def _canonical_sum64(a: np.ndarray) -> np.ndarray:
            ((acc[..., 1] + acc[..., 5]) + (acc[..., 3] + acc[..., 7]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN BUG in tqgguf/reference/codec.py: _seq_sum adds the 64 values sequentially, but "
-    "ggml-turbo.c (scalar and AVX2) sums in the canonical 8-lane + tree order of "
-    "turbo_sum64, so ||x|| and ||c[idx]|| differ in the last float32 bit and the fp16 d "
-    "differs in ~1-7 of 10^4 blocks (more in search mode). Fix: make _seq_sum the canonical "
-    "order (see _canonical_sum64 here); then drop this marker."))
 @pytest.mark.parametrize("name", TYPE_NAMES)
 def test_reference_sums_in_c_order(name, gaussian_blocks):
     """The norm encoder's scale, recomputed with the summation order ggml-turbo.c uses."""

@@ -33,6 +33,7 @@ class LogCapture:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._buf: list[str] = []
+        self._dropped = 0  # entries trimmed from the front; marks are absolute positions
         self.echo = False
         self._cb = None
 
@@ -46,6 +47,7 @@ class LogCapture:
                 self._buf.append(s)
                 if len(self._buf) > 20000:
                     del self._buf[:10000]
+                    self._dropped += 10000
             if self.echo:
                 sys.stderr.write(s)
 
@@ -54,11 +56,11 @@ class LogCapture:
 
     def mark(self) -> int:
         with self._lock:
-            return len(self._buf)
+            return self._dropped + len(self._buf)
 
     def since(self, mark: int) -> str:
         with self._lock:
-            return "".join(self._buf[mark:])
+            return "".join(self._buf[max(mark - self._dropped, 0):])
 
 
 _capture = LogCapture()

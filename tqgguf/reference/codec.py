@@ -2,8 +2,10 @@
 
 Shaped like gguf-py's ``gguf/quants.py``: one class per type, ``quantize_blocks`` /
 ``dequantize_blocks`` on ``(n_blocks, 64)`` arrays, plus row helpers. Every float
-operation is done in float32 in the same order as the C code (sums are sequential over the
-64 coordinates, no fused multiply-add), so the bytes agree exactly.
+operation is done in float32 in the same order as the C code, so the bytes agree exactly:
+sums over a block use the C code's canonical order (8 lane sums acc[l] = sum_r a[8r+l],
+then ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)), which is also what the AVX2
+path computes) and there is no fused multiply-add.
 
 Formats (normative, see docs/DESIGN.md; one block = 64 values):
 
@@ -44,11 +46,14 @@ FP16_MAX = np.float32(65504.0)
 
 
 def _seq_sum(a: np.ndarray) -> np.ndarray:
-    """Sequential float32 sum over the last axis (C's ``for`` loop order)."""
-    acc = np.zeros(a.shape[:-1], dtype=np.float32)
-    for j in range(a.shape[-1]):
-        acc = acc + a[..., j]
-    return acc
+    """Float32 sum of 64 values over the last axis in the C code's canonical order
+    (``turbo_sum64`` / ``turbo_hsum8_canonical`` in ggml-turbo.c)."""
+    p = a.reshape(a.shape[:-1] + (8, 8))
+    acc = np.zeros(a.shape[:-1] + (8,), dtype=np.float32)
+    for r in range(8):
+        acc = acc + p[..., r, :]
+    return ((acc[..., 0] + acc[..., 4]) + (acc[..., 2] + acc[..., 6])) + \
+        ((acc[..., 1] + acc[..., 5]) + (acc[..., 3] + acc[..., 7]))
 
 
 class TurboType:
@@ -70,8 +75,10 @@ class TurboType:
     # -- indices ---------------------------------------------------------------------
     @classmethod
     def nearest(cls, v: np.ndarray) -> np.ndarray:
-        """Index of the nearest centroid: the number of boundaries strictly below v."""
-        return np.searchsorted(cls.boundaries(), v, side="left").astype(np.uint8)
+        """Index of the nearest centroid: the number of boundaries strictly below v (NaN -> 0,
+        as in C where every comparison with NaN is false)."""
+        idx = np.searchsorted(cls.boundaries(), v, side="left").astype(np.uint8)
+        return np.where(np.isnan(v), np.uint8(0), idx).astype(np.uint8)
 
     # -- encoders --------------------------------------------------------------------
     @classmethod
@@ -120,7 +127,7 @@ class TurboType:
             else:
                 raise ValueError(f"encode must be 'search' or 'norm', got {encode!r}")
         d = np.where(zero, np.float32(0), d).astype(np.float32)
-        d = np.minimum(d, FP16_MAX)
+        d = np.clip(d, -FP16_MAX, FP16_MAX)
         return d.astype(np.float16), idx
 
     @classmethod

@@ -79,8 +79,9 @@ static inline int turbo_nearest(const turbo_codebook * cb, float v) {
     return i;
 }
 
+// saturate to the fp16 range (never +-inf in the block header)
 static inline float turbo_clamp_scale(float d) {
-    return d > TURBO_FP16_MAX ? TURBO_FP16_MAX : d;
+    return d > TURBO_FP16_MAX ? TURBO_FP16_MAX : (d < -TURBO_FP16_MAX ? -TURBO_FP16_MAX : d);
 }
 
 // Encode one block of 64 values into a scale and 64 centroid indices.
@@ -108,6 +109,7 @@ static void turbo_encode_block_scalar(const turbo_codebook * cb, const float * x
     float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
     float prod[QK_TURBO];
     uint8_t cand[QK_TURBO];
+    memset(idx, 0, QK_TURBO);  // a NaN block never beats the start score: indices 0, d = 0
     for (int k = 0; k < GGML_TURBO_SEARCH_STEPS; ++k) {
         const float s = inv*turbo_inv_grid[k];
         for (int j = 0; j < QK_TURBO; ++j) {
@@ -229,7 +231,7 @@ TURBO_AVX2 static void turbo_encode_block_avx2(const turbo_codebook * cb, const 
     for (int i = 0; i < cb->levels - 1; ++i) {
         bnd[i] = _mm256_set1_ps(cb->b[i]);
     }
-    int32_t cand[QK_TURBO], best[QK_TURBO];
+    int32_t cand[QK_TURBO], best[QK_TURBO] = { 0 };
     const int steps = search ? GGML_TURBO_SEARCH_STEPS : 1;
     float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
     for (int k = 0; k < steps; ++k) {
