@@ -601,3 +601,134 @@ def test_bad_cli_settings_exit_2_before_loading_the_model(args, env, needle):
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr
     assert "loading" not in p.stderr and "no-such-model" not in p.stderr
+
+
+# -- the pieces, without the engine -------------------------------------------------------
+
+
+class _WordVocab:
+    """A stand-in for textgen.Vocab: one token per word, a readable fake chat template."""
+
+    bos = -1
+
+    def tokenize(self, text, *, add_bos=None):
+        return text.split()
+
+    def detokenize(self, tokens):
+        return " ".join(tokens)
+
+    def render_chat(self, messages):
+        return " ".join(f"<{m['role']}> {m['content']}" for m in messages) + " <assistant>"
+
+
+def _turns(n: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "be brief"}]
+    for i in range(n):
+        msgs += [{"role": "user", "content": f"question {i} " + "w " * 8},
+                 {"role": "assistant", "content": f"answer {i} " + "w " * 8}]
+    return msgs + [{"role": "user", "content": "last question"}]
+
+
+def test_fit_chat_keeps_system_and_newest_turns_and_never_starts_with_an_assistant_turn():
+    from tqgguf.server.textgen import fit_chat
+
+    vocab = _WordVocab()
+    full = fit_chat(vocab, _turns(5), n_ctx=1000, reserve=10)
+    assert full.dropped_messages == 0 and not full.shifted
+    fitted = fit_chat(vocab, _turns(5), n_ctx=60, reserve=10)
+    text = " ".join(fitted.tokens)
+    assert len(fitted.tokens) <= 50 and fitted.dropped_messages > 0 and fitted.dropped_messages % 2 == 0
+    assert text.startswith("<system> be brief <user>") and text.endswith("<user> last question <assistant>")
+    assert "question 4" in text and "question 0" not in text
+
+
+def test_fit_chat_cuts_the_start_of_an_overlong_last_message_and_refuses_an_overlong_system_prompt():
+    from tqgguf.server.textgen import PromptTooLongError, fit_chat
+
+    vocab = _WordVocab()
+    msgs = [{"role": "system", "content": "sys"},
+            {"role": "user", "content": " ".join(f"w{i}" for i in range(100))}]
+    fitted = fit_chat(vocab, msgs, n_ctx=40, reserve=10)
+    assert len(fitted.tokens) <= 30 and fitted.trimmed_tokens > 0
+    assert fitted.tokens[-2] == "w99" and "w0" not in fitted.tokens  # the newest words stay
+    with pytest.raises(PromptTooLongError, match="system messages"):
+        fit_chat(vocab, [{"role": "system", "content": "s " * 50}, {"role": "user", "content": "hi"}], 40, 10)
+
+
+def test_fit_tokens_drops_the_oldest_tokens_and_keeps_bos():
+    from tqgguf.server.textgen import fit_tokens
+
+    class V:
+        bos = 1
+
+    p = fit_tokens(V(), [1] + list(range(100, 200)), n_ctx=50, reserve=10)
+    assert p.tokens[0] == 1 and p.tokens[-1] == 199 and len(p.tokens) == 40 and p.trimmed_tokens == 61
+
+
+class _ScriptedLlama:
+    """Yields a fixed token script from generate(), like llama_cpp.Llama.generate."""
+
+    def __init__(self, script):
+        self.script = script
+
+    def set_seed(self, seed):
+        pass
+
+    def generate(self, tokens, **kw):
+        yield from self.script
+
+
+class _ByteVocab:
+    def __init__(self, pieces: dict[int, bytes], eog: int = 0):
+        self.pieces, self.eog = pieces, eog
+
+    def is_eog(self, t):
+        return t == self.eog
+
+    def piece(self, t):
+        return self.pieces[t]
+
+
+def _run(script, pieces, *, stop=(), max_new=100):
+    import threading as th
+
+    from tqgguf.server.textgen import Job, Prompt, Sampling, generate
+
+    streamed = []
+    job = Job(Prompt([5], 512), Sampling(temperature=0), max_new=max_new, stop=list(stop))
+    res = generate(_ScriptedLlama(script), _ByteVocab(pieces), job, th.Event(), on_text=streamed.append)
+    return res, streamed
+
+
+def test_token_loop_streams_whole_utf8_characters_and_stops_at_eog():
+    euro = "€".encode()  # 3 bytes, split over two tokens
+    res, streamed = _run([1, 2, 3, 0, 4], {1: b"price ", 2: euro[:1], 3: euro[1:], 4: b"never"})
+    assert res.text == "price €" and res.finish == "stop" and res.tokens == [1, 2, 3]
+    assert "".join(streamed) == res.text and all("\ufffd" not in s for s in streamed)
+
+
+def test_token_loop_cuts_at_a_stop_string_even_across_tokens_and_never_streams_it():
+    res, streamed = _run([1, 2, 3, 4], {1: b"Hello", 2: b" EN", 3: b"D more", 4: b"x"}, stop=["END"])
+    assert res.text == "Hello " and res.finish == "stop"
+    assert "".join(streamed) == "Hello " and not any("E" in s for s in streamed)
+
+
+def test_token_loop_honours_max_tokens_and_cancel():
+    import threading as th
+
+    from tqgguf.server.textgen import Job, Prompt, Sampling, generate
+
+    res, _ = _run([1] * 50, {1: b"a"}, max_new=7)
+    assert res.finish == "length" and len(res.tokens) == 7 and res.text == "a" * 7
+    cancel = th.Event()
+    cancel.set()
+    res = generate(_ScriptedLlama([1] * 50), _ByteVocab({1: b"a"}), Job(Prompt([5], 512), Sampling(), 40), cancel)
+    assert res.finish == "cancelled" and res.tokens == []
+
+
+def test_answer_reserve_and_clamp():
+    from tqgguf.server.textgen import answer_reserve, clamp_max_new
+
+    assert answer_reserve(1024, None) == 256 and answer_reserve(1024, 32) == 32 and answer_reserve(1024, 10**9) == 512
+    assert clamp_max_new(1000, 1024, None) == 24 and clamp_max_new(100, 1024, 10**12) == 924
+    assert clamp_max_new(100, 1024, 16) == 16

@@ -83,7 +83,7 @@ def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, t
         best = pick(rows, max_kld=max_kld, max_dppl=max_dppl)
         if best is None:
             raise click.ClickException("no configuration in this sweep meets the budget")
-        tq, ls = serve_flags(best, str(model))
+        tq, ls = serve_flags(best, str(model), str(path))
         click.echo(f"\nrecommended: K={best['ctk']} V={best['ctv']} rotation {best['rot']} — "
                    f"{best['bits_per_value']:.2f} bits/value ({best['compression_vs_f16']:.2f}x vs f16), "
                    f"KLD {best['kld_mean']:.5f}, ΔPPL {best['dppl_pct']:+.2f}%")

@@ -196,7 +196,9 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
             raise RequestError(400, f"token id {bad[0]} is out of range: the vocabulary has {pool.vocab.n_vocab} tokens",
                                param="context" if context else "prompt")
         if not tokens:
-            tokens = [pool.vocab.bos] if pool.vocab.bos >= 0 else []
+            if pool.vocab.bos < 0:
+                raise RequestError(400, "the prompt is empty", param="prompt")
+            tokens = [pool.vocab.bos]
         try:
             return fit_tokens(pool.vocab, tokens, pool.n_ctx, reserve)
         except PromptTooLongError as e:

@@ -122,9 +122,10 @@ def recommend(rows: list[dict], *, max_kld: float | None = None, max_dppl: float
     return sort_rows(ok)[0] if ok else None
 
 
-def serve_flags(row: dict, model: str) -> tuple[str, str]:
+def serve_flags(row: dict, model: str, model_path: str | None = None) -> tuple[str, str]:
     """(tqgguf serve command, llama-server command) for a chosen row."""
     rot = row["rot"] == "off"
     tq = f"tqgguf serve {model} --ctk {row['ctk']} --ctv {row['ctv']}" + (" --no-rot" if rot else "")
-    ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + f"llama-server -m {model} -ctk {row['ctk']} -ctv {row['ctv']} -fa on"
+    ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + \
+        f"llama-server -m {model_path or model} -ctk {row['ctk']} -ctv {row['ctv']} -fa on"
     return tq, ls

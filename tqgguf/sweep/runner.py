@@ -120,7 +120,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     common = {"run_id": run_id, "model": spec.model.name, "model_sha256": model_sha, "text": spec.text.label,
               "n_ctx": spec.n_ctx}
     if not todo:
-        return [done[c.key] for c in spec.configs]
+        return _finalize(done, spec.configs)
 
     def engine_for(cfg: Config):
         return open_model(spec.model, ctk=cfg.ctk, ctv=cfg.ctv, n_ctx=spec.n_ctx, flash_attn="on",
@@ -213,10 +213,23 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
         row["seconds"] = time.time() - t0
         _append(results, row)
         done[cfg.key] = row
-    base = done[BASELINE.key]
+    return _finalize(done, spec.configs)
+
+
+def _finalize(done: dict[str, dict], configs: list[Config]) -> list[dict]:
+    """Fill the fields that depend on the f16 row; return rows in configuration order."""
+    base = done.get(BASELINE.key, {})
     base.setdefault("compression_vs_f16", 1.0)
     base.setdefault("measured_bits_per_value", 16.0)
-    return [done[c.key] for c in spec.configs if c.key in done]
+    for row in done.values():
+        # ΔPPL against the f16 run's own PPL (the uint16 baseline file clips log-probs 16 nats
+        # below the top, so llama-perplexity's "PPL(base)" is slightly lower; kept as ppl_base)
+        if row.get("status") == "ok" and base.get("ppl"):
+            row["dppl_pct"] = 100.0 * (row["ppl"] / base["ppl"] - 1.0)
+    keys = [c.key for c in configs]
+    # every row of this run (same model/text/n_ctx/chunks) in the output dir: sweeps of
+    # different grids into one dir build up one map
+    return [done[k] for k in keys if k in done] + [r for k, r in done.items() if k not in keys]
 
 
 def _append(results: Path, row: dict) -> None:
