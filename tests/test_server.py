@@ -225,7 +225,8 @@ def test_chat_completion_returns_text(turbo):
 def test_chat_streaming_returns_chunks_then_a_final_stop_and_matches_the_plain_answer(turbo):
     req = _chat("What is 2 plus 2? Answer in one short sentence.", max_tokens=200, temperature=0)
     plain = turbo.client.post("/v1/chat/completions", json=req).json()["choices"][0]["message"]["content"]
-    r = turbo.client.post("/v1/chat/completions", json={**req, "stream": True, "stream_options": {"include_usage": True}})
+    r = turbo.client.post("/v1/chat/completions",
+                          json={**req, "stream": True, "stream_options": {"include_usage": True}})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = _sse_events(r.text)
     assert events[-1] == "[DONE]"
@@ -506,6 +507,20 @@ def test_client_disconnect_mid_stream_frees_the_slot(turbo):
     assert "client gone" in turbo.log()
     r = turbo.client.post("/v1/chat/completions", json=_chat("Hello", max_tokens=4))
     assert r.status_code == 200
+
+
+@pytest.mark.engine
+def test_client_giving_up_on_a_plain_request_frees_the_slot(turbo):
+    gone_before = turbo.log().count("client gone")
+    with httpx.Client(base_url=turbo.url, timeout=1.5) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            c.post("/api/generate", json={"model": ALIAS, "prompt": "Write a very long story about a dragon.",
+                                          "stream": False, "options": {"num_predict": 900}})
+    deadline = time.monotonic() + 10
+    while turbo.health()["slots_idle"] != 2:
+        assert time.monotonic() < deadline, "the slot of the abandoned request was not freed"
+        time.sleep(0.1)
+    assert turbo.log().count("client gone") == gone_before + 1
 
 
 # -- context shift and keep-alive ---------------------------------------------------------

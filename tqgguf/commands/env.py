@@ -37,7 +37,9 @@ def command(as_json: bool) -> None:
     for col in ("setting", "value", "source", "flag", "variables", "description"):
         t.add_column(col, overflow="fold")
     for name, row in report["settings"].items():
-        src = row["source_text"] if row["source"]["kind"] == "default" else f"{row['source_text']}={row['source']['raw']!r}"
+        src = row["source_text"]
+        if row["source"]["kind"] != "default":
+            src += f"={row['source']['raw']!r}"
         t.add_row(name, row["display"], src, ", ".join(row["flags"]) or "-", ", ".join(row["env"]),
                   row["description"])
     console.print(t)

@@ -24,9 +24,11 @@ def _echo_err(line: str) -> None:
               help=f"K cache type [env TQGGUF_KV_CACHE_TYPE_K, TQGGUF_KV_CACHE_TYPE, OLLAMA_KV_CACHE_TYPE; "
                    f"default f16]. One of: {', '.join(KV_CACHE_TYPES)}.")
 @click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="TYPE", default=None,
-              help="V cache type [env TQGGUF_KV_CACHE_TYPE_V, TQGGUF_KV_CACHE_TYPE, OLLAMA_KV_CACHE_TYPE; default f16].")
+              help="V cache type [env TQGGUF_KV_CACHE_TYPE_V, TQGGUF_KV_CACHE_TYPE, OLLAMA_KV_CACHE_TYPE; "
+                   "default f16].")
 @click.option("-c", "--ctx-size", "ctx", metavar="N", default=None,
-              help="Context length in tokens, per slot [env TQGGUF_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH; default 4096].")
+              help="Context length in tokens, per slot [env TQGGUF_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH; "
+                   "default 4096].")
 @click.option("-np", "--parallel", "parallel", metavar="N", default=None,
               help="Parallel slots, each its own context and KV cache [env TQGGUF_NUM_PARALLEL, OLLAMA_NUM_PARALLEL; "
                    "default 1].")

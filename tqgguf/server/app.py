@@ -193,7 +193,8 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
             tokens = list(context) + (tokens[1:] if tokens and tokens[0] == pool.vocab.bos else tokens)
         bad = [t for t in tokens if not 0 <= t < pool.vocab.n_vocab]
         if bad:
-            raise RequestError(400, f"token id {bad[0]} is out of range: the vocabulary has {pool.vocab.n_vocab} tokens",
+            raise RequestError(400, f"token id {bad[0]} is out of range: the vocabulary has "
+                                    f"{pool.vocab.n_vocab} tokens",
                                param="context" if context else "prompt")
         if not tokens:
             if pool.vocab.bos < 0:
@@ -220,10 +221,7 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
         note = f"; context shift: {job.prompt.shift_note()}" if job.prompt.shifted else ""
         clamp = (f"; max tokens {job.requested_max} clamped to {job.max_new}"
                  if job.requested_max is not None and job.requested_max > job.max_new else "")
-        if res.finish == "cancelled":
-            log.info("slot %d: %s cancelled (client gone) after %d tokens; slot freed", res.slot, job.kind,
-                     len(res.tokens))
-        else:
+        if res.finish != "cancelled":  # the pool logs cancelled jobs
             log.info("slot %d: %s %d prompt tokens (%.0f t/s), %d generated (%.1f t/s), %s%s%s", res.slot, job.kind,
                      res.prompt_tokens, pp, len(res.tokens), tg, res.finish, note, clamp)
 
@@ -303,7 +301,8 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         busy = pool.busy_count()
-        return {"status": "ok", "model": card.alias, "slots_total": len(pool.slots), "slots_idle": len(pool.slots) - busy,
+        return {"status": "ok", "model": card.alias, "slots_total": len(pool.slots),
+                "slots_idle": len(pool.slots) - busy,
                 "slots_processing": busy, "loaded": pool.loaded(), "n_ctx_per_slot": pool.n_ctx}
 
     def engine_meta() -> dict[str, Any]:
@@ -397,8 +396,8 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
         return {"version": OLLAMA_API_VERSION, "tqgguf": TQGGUF_VERSION}
 
     def tag_entry() -> dict[str, Any]:
-        return {"name": card.tag, "model": card.tag,
-                "modified_at": dt.datetime.fromtimestamp(card.modified, dt.timezone.utc).isoformat().replace("+00:00", "Z"),
+        modified = dt.datetime.fromtimestamp(card.modified, dt.timezone.utc)
+        return {"name": card.tag, "model": card.tag, "modified_at": modified.isoformat().replace("+00:00", "Z"),
                 "size": card.size, "digest": card.digest, "details": card.details()}
 
     @app.get("/api/tags")
@@ -447,8 +446,8 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
         def fmt(kind: str, value: Any) -> Iterable[bytes]:
             base = {"model": model, "created_at": _now_rfc3339()}
             if kind == "text":
-                body = {**base, **({"message": {"role": "assistant", "content": value}} if chat else {"response": value}),
-                        "done": False}
+                part = {"message": {"role": "assistant", "content": value}} if chat else {"response": value}
+                body = {**base, **part, "done": False}
             elif kind == "done":
                 body = {**base, **({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}),
                         "done": True, "done_reason": value.finish, **ollama_timings(value, t_start)}

@@ -74,7 +74,8 @@ def startup_summary(config: ServeConfig, pool: SlotPool) -> list[str]:
         lines.append(f"rotation: {rot} (from {src('attn_rotation')}): llama.cpp did not report attn_rot_k/v")
     fa = r.flash_attn if r and r.flash_attn else "?"
     lines.append(f"flash attention: {fa} (asked {s.flash_attention}, from {src('flash_attention')})")
-    ctx_note = "" if pool.n_ctx == s.context_length else f" (asked {s.context_length}; llama.cpp allocated {pool.n_ctx})"
+    ctx_note = ("" if pool.n_ctx == s.context_length
+                else f" (asked {s.context_length}; llama.cpp allocated {pool.n_ctx})")
     lines.append(f"slots: {n} (from {src('num_parallel')}), each an independent context of {pool.n_ctx} tokens"
                  f"{ctx_note} (from {src('context_length')}), {config.threads_per_slot} CPU thread(s) per slot")
     if r and (r.k_mib or r.v_mib):
