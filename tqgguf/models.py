@@ -106,12 +106,16 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def models_dir() -> Path:
-    """Directory holding pulled models: ``$TQGGUF_MODELS``, else ``<cache_dir()>/models``.
+    """Directory holding pulled models: ``$TQGGUF_MODELS``, else ``$OLLAMA_MODELS``, else
+    ``<cache_dir()>/models`` (the ``models`` field of the settings model, tqgguf.config).
 
     Not created here; ``pull`` creates it.
     """
-    override = os.environ.get("TQGGUF_MODELS")
-    return Path(override).expanduser() if override else cache_dir() / "models"
+    for var in ("TQGGUF_MODELS", "OLLAMA_MODELS"):
+        override = os.environ.get(var)
+        if override:
+            return Path(override).expanduser()
+    return cache_dir() / "models"
 
 
 def sha256_file(path: Path) -> str:

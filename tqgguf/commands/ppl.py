@@ -14,6 +14,8 @@ def cache_type_option(*names, **kw):
     """A -ctk/-ctv style option whose value is validated against the registry."""
 
     def convert(ctx, param, value):
+        if value is None:
+            return None
         try:
             return check_cache_type(value, f"cache type for {param.opts[0]}")
         except CacheTypeError as e:
@@ -24,8 +26,8 @@ def cache_type_option(*names, **kw):
 
 
 def fa_option():
-    return click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default="auto",
-                        show_default=True, help="Flash attention (a quantized V cache needs it).")
+    return click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default=None,
+                        help="Flash attention; a quantized V cache needs it [default: $TQGGUF_FLASH_ATTENTION / auto].")
 
 
 @click.command(name="ppl")
@@ -36,9 +38,11 @@ def fa_option():
               help="n_ctx: tokens per chunk.")
 @click.option("-b", "--batch-size", "n_batch", type=click.IntRange(min=1), default=None, help="n_batch (default min(n_ctx, 512)).")
 @click.option("--chunks", type=click.IntRange(min=1), default=None, help="Maximum number of chunks (default: all).")
-@cache_type_option("-ctk", "--ctk", "--cache-type-k", "ctk", default="f16", help="K cache type.")
-@cache_type_option("-ctv", "--ctv", "--cache-type-v", "ctv", default="f16", help="V cache type.")
-@click.option("--rot/--no-rot", default=True, show_default=True, help="Hadamard rotation of Q/K/V (LLAMA_ATTN_ROT_DISABLE).")
+@cache_type_option("-ctk", "--ctk", "--cache-type-k", "ctk", default=None,
+                   help="K cache type [default: $TQGGUF_KV_CACHE_TYPE_K / _TYPE / $OLLAMA_KV_CACHE_TYPE / f16].")
+@cache_type_option("-ctv", "--ctv", "--cache-type-v", "ctv", default=None,
+                   help="V cache type [default: $TQGGUF_KV_CACHE_TYPE_V / _TYPE / $OLLAMA_KV_CACHE_TYPE / f16].")
+@click.option("--rot/--no-rot", default=None, help="Hadamard rotation of Q/K/V [default: $TQGGUF_ATTN_ROTATION / on].")
 @fa_option()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True, help="Layers to offload to the GPU.")
@@ -51,8 +55,15 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     from ..models import ModelError, resolve_model
     from ..quality import TextTooShortError, perplexity
     from ..runtime import EngineError, open_model
+    from ..config import SettingsError, resolve_settings
     from ..texts import resolve_text
 
+    try:  # flags > TQGGUF_* > OLLAMA_* > defaults, the same settings model as `serve`
+        st = resolve_settings({"cache_type_k": ctk, "cache_type_v": ctv, "flash_attention": flash_attn,
+                               "attn_rotation": rot})
+    except SettingsError as e:
+        raise click.UsageError(str(e)) from e
+    ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
     try:
         text = resolve_text(text_file)
         path = resolve_model(model)
