@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tqgguf.build.source import cache_dir
+from tqgguf.build.source import cache_dir, sha256_file
 
 Log = Callable[[str], None]
 
@@ -116,15 +116,6 @@ def models_dir() -> Path:
         if override:
             return Path(override).expanduser()
     return cache_dir() / "models"
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _spec(name: str) -> ModelSpec:

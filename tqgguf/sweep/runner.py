@@ -6,7 +6,6 @@ resumes where it stopped.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -16,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..build.source import cache_dir
+from ..build.source import cache_dir, sha256_file
 from ..cachetypes import type_info
 from ..quality import check_length, chunk_logits, tokenize
 from ..runtime import EngineError, open_model
@@ -39,11 +38,7 @@ def file_sha256(path: Path) -> str:
         db = {}
     if key in db:
         return db[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    db[key] = h.hexdigest()
+    db[key] = sha256_file(path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     db_path.write_text(json.dumps(db))
     return db[key]
