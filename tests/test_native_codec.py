@@ -5,8 +5,9 @@ TQGGUF_REQUIRE_ENGINE=1 (see conftest.py).
 
 Contract checked here: the C encoders write exactly the reference's bytes (both encoders, all
 three types, >= 100k random blocks of several distributions plus edge blocks), the C decoder
-reproduces the reference's floats bit for bit, vec_dot equals dequantize . y, the AVX2 and
-the portable paths agree byte for byte, and the C round-trip MSE matches the Lloyd-Max theory.
+reproduces the reference's floats bit for bit, vec_dot equals dequantize . y, every SIMD level
+(AVX2, AVX-512) agrees with the portable code byte for byte, and the C round-trip MSE matches
+the Lloyd-Max theory.
 """
 from __future__ import annotations
 
@@ -379,12 +380,16 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _run_child(tmp_path: Path, simd: bool, args: list[str]) -> tuple[dict, dict]:
+def _run_child(tmp_path: Path, level: int | None, args: list[str]) -> tuple[dict, dict]:
+    """Run _CHILD with the SIMD level capped at `level` (0 = portable code, None = no cap)."""
     env = dict(os.environ)
     env.pop("GGML_TURBO_NO_SIMD", None)
-    if not simd:
+    env.pop("GGML_TURBO_SIMD_MAX", None)
+    if level == 0:
         env["GGML_TURBO_NO_SIMD"] = "1"
-    res = tmp_path / ("simd.npz" if simd else "scalar.npz")
+    elif level is not None:
+        env["GGML_TURBO_SIMD_MAX"] = str(level)
+    res = tmp_path / f"level{level}.npz"
     proc = subprocess.run([sys.executable, "-c", _CHILD, *args, str(res)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -394,6 +399,8 @@ def _run_child(tmp_path: Path, simd: bool, args: list[str]) -> tuple[dict, dict]
 
 
 def test_simd_and_portable_paths_agree(lib, blocks, tmp_path):
+    """Every SIMD level this CPU has (1 = AVX2, 2 = AVX-512 decoders) against the portable
+    code: encoder bytes and dequantized floats identical, vec_dot within float rounding."""
     rng = np.random.default_rng(21)
     np.save(tmp_path / "x.npy", _subset(blocks))
     for name in NAMES:
@@ -404,17 +411,22 @@ def test_simd_and_portable_paths_agree(lib, blocks, tmp_path):
         np.save(tmp_path / f"rnd_{name}.npy", rnd)
     np.save(tmp_path / "y.npy", rng.standard_normal(8 * 64).astype(np.float32))
     args = [str(Path(__file__).parent), str(tmp_path / "x.npy"), str(tmp_path / "rnd_"), str(tmp_path / "y.npy")]
-    meta_s, simd = _run_child(tmp_path, True, args)
-    meta_p, port = _run_child(tmp_path, False, args)
+    meta_p, port = _run_child(tmp_path, 0, args)
     assert meta_p["simd"] == 0, "GGML_TURBO_NO_SIMD=1 did not select the portable code"
-    if meta_s["simd"] == 0:
-        pytest.skip("this CPU has no AVX2+FMA path; only the portable code exists")
-    for key in simd:
-        a, b = simd[key], port[key]
-        if key.startswith("dq_"):
-            a, b = a.view(np.uint32), b.view(np.uint32)
-        bad = np.nonzero((a != b).reshape(len(a), -1).any(axis=1))[0]
-        assert len(bad) == 0, f"{key}: {len(bad)} blocks differ between AVX2 and portable code, first {bad[:5]}"
-    for name in NAMES:
-        a, b = np.array(meta_s["dots"][name]), np.array(meta_p["dots"][name])
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * np.abs(b).max())
+    best = lib.ggml_turbo_simd_level()
+    if best == 0:
+        pytest.skip("this CPU has no AVX2+FMA+F16C path; only the portable code exists")
+    for level in range(1, best + 1):
+        meta_s, simd = _run_child(tmp_path, level, args)
+        assert meta_s["simd"] == level, f"GGML_TURBO_SIMD_MAX={level} gave level {meta_s['simd']}"
+        for key in simd:
+            a, b = simd[key], port[key]
+            if key.startswith("dq_"):
+                a, b = a.view(np.uint32), b.view(np.uint32)
+            bad = np.nonzero((a != b).reshape(len(a), -1).any(axis=1))[0]
+            assert len(bad) == 0, (f"{key}: {len(bad)} blocks differ between SIMD level {level} and the portable "
+                                   f"code, first {bad[:5]}")
+        for name in NAMES:
+            a, b = np.array(meta_s["dots"][name]), np.array(meta_p["dots"][name])
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * np.abs(b).max(), err_msg=f"{name} level {level}")
+    print(f"\nSIMD levels 1..{best} agree with the portable code")

@@ -325,16 +325,24 @@ def test_bit_layout_turbo4():
 
 def test_bit_layout_turbo3():
     T = TYPES["turbo3_0"]
-    # low 2 bits of element j -> qs[j % 16] bits 2*(j // 16); bit 2 -> qh[j // 8] bit j % 8
+    # 8 words w_l = qs[l] | qs[l + 8] << 8 | qs[l + 16] << 16; element j = 8r + l at bits 3r of w_l
     want = bytearray(26)
     want[0:2] = b"\x00\x3c"
-    want[2 + 1] = 0b10 << 2          # element 17 = 0b110: low bits 0b10 at qs[1] bits 2..3
-    want[18 + 2] = 1 << 1            #                     high bit at qh[2] bit 1
-    want[2 + 15] = 0b11 << 6         # element 63 = 0b111: qs[15] bits 6..7
-    want[18 + 7] = 1 << 7            #                     qh[7] bit 7
-    want[2 + 0] = 0b01               # element 0 = 0b001: qs[0] bits 0..1, no high bit
-    want[18 + 0] |= 1 << 4           # element 4 = 0b100: only qh[0] bit 4
-    assert _one_block(T, 1.0, {17: 0b110, 63: 0b111, 0: 0b001, 4: 0b100}) == bytes(want)
+    want[2 + 0] = 0b001              # element 0 = 0b001: w_0 bits 0..2 -> qs[0] bits 0..2
+    want[2 + 4] = 0b100              # element 4 = 0b100: w_4 bits 0..2 -> qs[4] bit 2
+    want[2 + 2] = 0b101 << 3         # element 10 = 0b101 (r 1, l 2): w_2 bits 3..5 -> qs[2] bits 3..5
+    want[2 + 10] = 0b1 << 7          # element 42 = 0b011 (r 5, l 2): w_2 bits 15..17 -> qs[10] bit 7
+    want[2 + 18] = 0b1               #                                and qs[18] bit 0
+    want[2 + 1] = 0b10 << 6          # element 17 = 0b110 (r 2, l 1): w_1 bits 6..8 -> qs[1] bits 6..7
+    want[2 + 9] = 0b1                #                                and qs[9] bit 0
+    want[2 + 23] = 0b111 << 5        # element 63 = 0b111 (r 7, l 7): w_7 bits 21..23 -> qs[23] bits 5..7
+    assert _one_block(T, 1.0, {0: 0b001, 4: 0b100, 10: 0b101, 42: 0b011, 17: 0b110, 63: 0b111}) == bytes(want)
+    # idx_j = j // 8 (= r): every word is 0o76543210 = 0xFAC688 -> qs = 8 x 0x88, 8 x 0xC6, 8 x 0xFA
+    raw = T.pack(np.array([1.0], np.float16), (np.arange(64) // 8).astype(np.uint8)[None])
+    assert raw[0, 2:].tolist() == [0x88] * 8 + [0xC6] * 8 + [0xFA] * 8
+    # idx_j = j % 8 (= l): w_l = l * 0o11111111 = l * 0x249249
+    raw = T.pack(np.array([1.0], np.float16), (np.arange(64) % 8).astype(np.uint8)[None])
+    assert raw[0, 2:].tolist() == [(l * 0x249249 >> 8 * k) & 255 for k in range(3) for l in range(8)]
 
 
 def test_bit_layout_turbo2():

@@ -13,13 +13,15 @@ Formats (normative, see docs/DESIGN.md; one block = 64 values):
 type          layout                                  bytes  bits/value
 ============  ======================================  =====  ==========
 turbo4_0      fp16 d; qs[32] 4-bit indices            34     4.25
-turbo3_0      fp16 d; qs[16] low 2 bits; qh[8] high   26     3.25
+turbo3_0      fp16 d; qs[24] 3-bit indices            26     3.25
 turbo2_0      fp16 d; qs[16] 2-bit indices            18     2.25
 ============  ======================================  =====  ==========
 
 Bit layout: turbo4 element j < 32 in the low nibble of qs[j], element j+32 in the high
-nibble. turbo3/turbo2: the low 2 bits of element j sit in qs[j % 16] at bit 2*(j // 16);
-turbo3's high bit of element j sits in qh[j // 8] at bit j % 8.
+nibble. turbo2: the 2 bits of element j sit in qs[j % 16] at bit 2*(j // 16). turbo3: the
+24 bytes are 8 little-endian 24-bit words w_l = qs[l] | qs[l+8] << 8 | qs[l+16] << 16
+(l = 0..7), and the 3 bits of element j = 8r + l are bits 3r .. 3r+2 of w_l (so SIMD code
+gets elements 8r .. 8r+7 from the 8 words by one shift; docs/DESIGN.md, "Bit layout").
 
 Decoding: y_j = d * c[idx_j] with c the Lloyd–Max centroids (``codebook.py``).
 Two encoders share the format:
@@ -178,6 +180,22 @@ def _unpack_2bit(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([(qs >> (2 * s)) & 3 for s in range(4)], axis=1).astype(np.uint8)
 
 
+def _pack_3bit(idx: np.ndarray) -> np.ndarray:
+    """3 bits of element j = 8r + l at bits 3r of the word w_l; w_l's bytes are qs[l],
+    qs[l + 8], qs[l + 16] -> (n, 24) uint8."""
+    rows = (idx & 7).astype(np.uint32).reshape(-1, 8, 8)  # [block, r, l]
+    w = np.zeros((len(rows), 8), dtype=np.uint32)
+    for r in range(8):
+        w |= rows[:, r, :] << np.uint32(3 * r)
+    return np.concatenate([w & 255, (w >> 8) & 255, w >> 16], axis=1).astype(np.uint8)
+
+
+def _unpack_3bit(qs: np.ndarray) -> np.ndarray:
+    q = qs.astype(np.uint32)
+    w = q[:, 0:8] | (q[:, 8:16] << np.uint32(8)) | (q[:, 16:24] << np.uint32(16))
+    return np.stack([(w >> np.uint32(3 * r)) & 7 for r in range(8)], axis=1).reshape(-1, 64).astype(np.uint8)
+
+
 def _head(d: np.ndarray) -> np.ndarray:
     return d.astype("<f2").view(np.uint8).reshape(-1, 2)
 
@@ -206,19 +224,12 @@ class Turbo3_0(TurboType):
 
     @classmethod
     def pack(cls, d, idx):
-        hi = ((idx >> 2) & 1).reshape(-1, 8, 8)
-        qh = np.zeros((len(idx), 8), dtype=np.uint8)
-        for b in range(8):
-            qh |= (hi[:, :, b] << b).astype(np.uint8)
-        return np.concatenate([_head(d), _pack_2bit(idx), qh], axis=1)
+        return np.concatenate([_head(d), _pack_3bit(idx)], axis=1)
 
     @classmethod
     def unpack(cls, raw):
         d = raw[:, :2].copy().view("<f2").reshape(-1)
-        lo = _unpack_2bit(raw[:, 2:18])
-        qh = raw[:, 18:26]
-        hi = np.stack([(qh >> b) & 1 for b in range(8)], axis=2).reshape(-1, 64)
-        return d, (lo | (hi << 2)).astype(np.uint8)
+        return d, _unpack_3bit(raw[:, 2:26])
 
 
 class Turbo2_0(TurboType):

@@ -39,7 +39,8 @@ GGML_API size_t quantize_turbo2_0(const float * GGML_RESTRICT src, void * GGML_R
 // hard-coding enum values (ggml_type_name does not range-check).
 GGML_API int ggml_type_count(void);
 
-// 1 when the AVX2+FMA paths are in use, 0 for the portable scalar code.
+// SIMD level in use: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512F decoders (dequantize_row, vec_dot).
+// GGML_TURBO_NO_SIMD=1 forces 0; GGML_TURBO_SIMD_MAX=n caps the level at n.
 GGML_API int ggml_turbo_simd_level(void);
 
 #ifdef __cplusplus
