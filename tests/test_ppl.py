@@ -110,8 +110,12 @@ def test_turbo_on_a_head_dim_that_is_not_a_multiple_of_64_is_refused_naming_it(t
 
 def test_quantized_v_with_flash_attention_off_is_a_clear_error(smollm2):
     res = CliRunner().invoke(cli, ["ppl", str(smollm2), "--ctv", "turbo4", "-fa", "off", "--chunks", "1"])
-    assert res.exit_code == 1
-    assert "-fa off" in res.output and "quantized V" in res.output
+    assert res.exit_code == 2  # a usage error, refused before the model loads
+    assert "flash attention is off" in res.output and "turbo4" in res.output and "is quantized" in res.output
+    from tqgguf.runtime import resolve_flash_attn  # the library refuses it too
+
+    with pytest.raises(ValueError, match="quantized V cache"):
+        resolve_flash_attn("off", "f16", "q8_0")
 
 
 def test_missing_and_truncated_model_files_are_reported(smollm2, wiki, tmp_path):
