@@ -27,9 +27,9 @@ from tqgguf.sweep.runner import default_baseline_path, file_sha256  # noqa: E402
 from tqgguf.texts import resolve_text  # noqa: E402
 
 CONFIGS = [("q8_0", "turbo4"), ("turbo3", "turbo3")]
-PAT = {"kld_mean": r"Mean    KLD:\s*([\d.]+) ± ([\d.]+)", "kld_p99": r"99\.0%   KLD:\s*([\d.]+)()",
-       "same_top_p": r"Same top p:\s*([\d.]+) ± ([\d.]+)", "rms_dp": r"RMS Δp\s*:\s*([\d.]+) ± ([\d.]+)",
-       "ppl": r"Mean PPL\(Q\)\s*:\s*([\d.]+) ± ([\d.]+)"}
+PAT = {"kld_mean": r"Mean    KLD:\s*([\d.]+)\s*±\s*([\d.]+)", "kld_p99": r"99\.0%   KLD:\s*([\d.]+)()",
+       "same_top_p": r"Same top p:\s*([\d.]+)\s*±\s*([\d.]+)", "rms_dp": r"RMS Δp\s*:\s*([\d.]+)\s*±\s*([\d.]+)",
+       "ppl": r"Mean PPL\(Q\)\s*:\s*([\d.]+)\s*±\s*([\d.]+)"}
 
 
 def parse(log: str) -> dict:
@@ -63,12 +63,12 @@ def main() -> int:
     (a.out / "llama-perplexity-f16.log").write_text(log.stdout + log.stderr)
     for k, v in CONFIGS:
         ours = rows[f"{k}/{v}/rot=on"]
-        for label, base in (("own base", lp_base), ("tqgguf's base", ours_base)):
+        for label, base in (("own-base", lp_base), ("tqgguf-base", ours_base)):
             res = subprocess.run([str(tool_path("llama-perplexity")), "-m", str(model), "-f", str(text.path), "-c", "512",
                                   "-b", "512", "--chunks", str(a.chunks), "-fa", "on", "-ctk", k, "-ctv", v,
                                   "--kl-divergence", "--kl-divergence-base", str(base)], capture_output=True, text=True)
             full = res.stdout + res.stderr
-            (a.out / f"llama-perplexity-{k}-{v}-{label.split()[0]}.log").write_text(full)
+            (a.out / f"llama-perplexity-{k}-{v}-{label}.log").write_text(full)
             lp = parse(full)
             for stat, err_key in (("kld_mean", "kld_err"), ("kld_p99", None), ("same_top_p", "same_top_p_err"),
                                   ("rms_dp", "rms_dp_err"), ("ppl", "ppl_err")):
