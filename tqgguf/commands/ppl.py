@@ -64,6 +64,13 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
+    if json_file:  # fail before the run, not after it
+        try:
+            json_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(json_file, "a"):
+                pass
+        except OSError as e:
+            raise click.BadParameter(f"cannot write {json_file}: {e.strerror or e}", param_hint="--json") from e
     try:
         text = resolve_text(text_file)
         path = resolve_model(model)

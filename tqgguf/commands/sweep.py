@@ -30,9 +30,9 @@ console = Console(stderr=True)
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="f16 baseline file (llama-perplexity --kl-divergence-base format); default: cached per model/text/n_ctx.")
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
-@click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags.")
+@click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags (implied by a budget).")
 @click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")
-@click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent.")
+@click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent (with --max-kld, both must hold).")
 def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, threads, recommend, max_kld, max_dppl):
     """Run every K x V x rotation combination (llama-bench style lists) against an f16/f16
     baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
@@ -43,6 +43,7 @@ def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, t
     from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
     from ..texts import resolve_text
 
+    recommend = recommend or max_kld is not None or max_dppl is not None  # a budget asks for a recommendation
     if recommend and max_kld is None and max_dppl is None:
         raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
     try:

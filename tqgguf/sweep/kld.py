@@ -154,7 +154,7 @@ class KLDStats:
 
         return {
             "ppl": ppl, "ppl_err": ppl * lp_u, "ppl_base": ppl_base, "ppl_base_err": ppl_base * lb_u,
-            "dppl_pct": 100.0 * (ppl / ppl_base - 1.0), "ln_ppl_ratio": lp - lb, "ln_ppl_ratio_err": ratio_u,
+            "ppl_ratio_base": ppl / ppl_base, "ln_ppl_ratio": lp - lb, "ln_ppl_ratio_err": ratio_u,
             "kld_mean": kl, "kld_err": kl_u, "kld_p99": pct(kv, 0.99), "kld_median": pct(kv, 0.5), "kld_max": float(kv[-1]),
             "same_top_p": 100.0 * top, "same_top_p_err": 100.0 * math.sqrt(top * (1 - top) / (c - 1)),
             "rms_dp": 100.0 * rms, "rms_dp_err": 100.0 * (0.5 / rms * mse_u if rms > 0 else 0.0),

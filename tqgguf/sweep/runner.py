@@ -166,13 +166,14 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
             if BASELINE.key not in done:
                 row = {**common, "key": BASELINE.key, "ctk": "f16", "ctv": "f16", "rot": "n/a", "status": "ok",
                        "chunks": n_chunk, "bits_per_value": bits(BASELINE), **_kv_fields(base_engine.report, base_engine.report.cells),
-                       **stats.summary(), "seconds": time.time() - t0}
+                       **stats.summary(), "dppl_pct": 0.0, "seconds": time.time() - t0}
                 _append(results, row)
                 done[BASELINE.key] = row
     finally:
         base_engine.close()
 
     f16_bpt = done[BASELINE.key]["kv_bytes_per_token"]
+    f16_ppl = done[BASELINE.key]["ppl"]
     for i, cfg in enumerate(spec.configs, start=1):
         if cfg.key in done:
             continue
@@ -198,6 +199,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
                 if progress:
                     progress(cfg.key, i, n_cfg, c + 1, n_chunk)
             row.update(status="ok", **stats.summary())
+            row["dppl_pct"] = 100.0 * (row["ppl"] / f16_ppl - 1.0)
             row["compression_vs_f16"] = f16_bpt / row["kv_bytes_per_token"]
             row["measured_bits_per_value"] = 16.0 * row["kv_bytes_per_token"] / f16_bpt
         except (FloatingPointError, RuntimeError) as e:
