@@ -147,3 +147,11 @@ def test_ppl_before_build_tells_the_user_what_to_run(tmp_path, smollm2, wiki):
     assert out.returncode == 1
     assert "tqgguf build" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_an_unwritable_json_path_is_refused_before_the_run(smollm2, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = CliRunner().invoke(cli, ["ppl", str(smollm2), "--json", str(blocker / "out.json")])
+    assert res.exit_code == 2
+    assert "cannot write" in res.output and "Traceback" not in res.output
