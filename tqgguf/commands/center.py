@@ -19,7 +19,7 @@ def _fmt_period(p: float) -> str:
 
 
 @click.command(name="center")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("model")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
               help="Centered GGUF to write (required unless --dry-run).")
 @click.option("--ctx", type=click.IntRange(min=1), default=None,
@@ -28,7 +28,8 @@ def _fmt_period(p: float) -> str:
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("-n", "--dry-run", is_flag=True, help="Show what would be removed; write nothing.")
 def command(model, output, ctx, force, dry_run):
-    """Zero the slow-RoPE components of every attn_k.bias in MODEL and write OUTPUT.
+    """Zero the slow-RoPE components of every attn_k.bias in MODEL (a GGUF path or a name
+    from `tqgguf models list`) and write OUTPUT.
 
     Keys of models with a K projection bias (Qwen2 family) carry a large, almost
     position-independent vector: the bias in RoPE pairs whose period is far beyond the
@@ -38,7 +39,12 @@ def command(model, output, ctx, force, dry_run):
     tqgguf.k_center.* keys record what was done. The output runs in any GGUF consumer.
     """
     from ..center import CenterError, check_output, plan_center, write_centered
+    from ..models import ModelError, resolve_model
 
+    try:
+        model = resolve_model(model)
+    except ModelError as e:
+        raise click.ClickException(str(e)) from None
     if output is None and not dry_run:
         raise click.UsageError("missing -o/--output (or pass --dry-run)")
     console = Console()
