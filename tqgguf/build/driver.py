@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
@@ -211,6 +211,3 @@ def tool_path(name: str, backend: str = "cpu") -> Path:
         raise FileNotFoundError(f"{p} not found; run `tqgguf build --tools`")
     return p
 
-
-def config_as_dict(cfg: BuildConfig) -> dict:
-    return asdict(cfg)

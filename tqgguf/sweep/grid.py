@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cachetypes import CacheTypeError, check_cache_type, is_quantized
+from ..cachetypes import check_cache_type, is_quantized
 
 DEFAULT_K = ("f16", "q8_0", "q4_0", "turbo4", "turbo3")
 DEFAULT_V = ("q8_0", "q4_0", "turbo4", "turbo3")
@@ -44,10 +44,7 @@ def parse_types(value: str, what: str) -> list[str]:
     """Comma list of cache types; CacheTypeError names the unknown one and lists valid names."""
     out = []
     for item in parse_list(value, what):
-        try:
-            out.append(check_cache_type(item, f"cache type in {what}"))
-        except CacheTypeError:
-            raise
+        out.append(check_cache_type(item, f"cache type in {what}"))
     return list(dict.fromkeys(out))
 
 
