@@ -1,0 +1,273 @@
+// tqgguf: K centering for the KV cache (see llama-kv-center.h).
+
+#include "llama-kv-center.h"
+
+#include "llama-hparams.h"
+#include "llama-impl.h"
+#include "llama-model.h"
+
+#include "gguf.h"
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+static const char * const K_CENTER_FORMS = "off, bias, bias:N (N = period threshold in tokens), file:PATH";
+
+llama_k_center_config llama_k_center_config::parse(const char * value) {
+    llama_k_center_config cfg;
+    if (value == nullptr) {
+        return cfg;
+    }
+    const std::string v = value;
+    if (v.empty() || v == "0" || v == "off") {
+        return cfg;
+    }
+    if (v == "bias" || v == "1") {
+        cfg.kind = mode::bias;
+        return cfg;
+    }
+    if (v.rfind("bias:", 0) == 0) {
+        const std::string n = v.substr(5);
+        char * end = nullptr;
+        errno = 0;
+        const long long ctx = n.empty() ? 0 : strtoll(n.c_str(), &end, 10);
+        if (n.empty() || *end != '\0' || errno != 0 || ctx < 1 || ctx > UINT32_MAX) {
+            throw std::runtime_error(format("LLAMA_K_CENTER=%s: the threshold after 'bias:' must be a positive "
+                                            "number of tokens; allowed: %s", value, K_CENTER_FORMS));
+        }
+        cfg.kind = mode::bias;
+        cfg.ctx  = (uint32_t) ctx;
+        return cfg;
+    }
+    if (v.rfind("file:", 0) == 0 && v.size() > 5) {
+        cfg.kind = mode::file;
+        cfg.path = v.substr(5);
+        return cfg;
+    }
+    throw std::runtime_error(format("LLAMA_K_CENTER=%s is not understood; allowed: %s", value, K_CENTER_FORMS));
+}
+
+// values of a model tensor as F32 (F32/F16 only), wherever its buffer lives
+static std::vector<float> tensor_to_f32(const ggml_tensor * t) {
+    const int64_t n = ggml_nelements(t);
+    std::vector<float> out(n);
+    if (t->type == GGML_TYPE_F32) {
+        ggml_backend_tensor_get(t, out.data(), 0, ggml_nbytes(t));
+    } else if (t->type == GGML_TYPE_F16) {
+        std::vector<ggml_fp16_t> h(n);
+        ggml_backend_tensor_get(t, h.data(), 0, ggml_nbytes(t));
+        ggml_fp16_to_fp32_row(h.data(), out.data(), n);
+    } else {
+        throw std::runtime_error(format("LLAMA_K_CENTER=bias: %s is %s; only F32/F16 biases can be read exactly",
+                                        ggml_get_name(t), ggml_type_name(t->type)));
+    }
+    return out;
+}
+
+// Head dims whose bias component is (close to) constant after RoPE: the two dims of every
+// pair whose period 2*pi/theta_i exceeds `threshold` tokens, and every dim RoPE leaves alone.
+// theta_i = freq_scale * base^(-2i/n_rot) / factor_i, as ggml's rope computes it for the
+// slow (interpolated) pairs (ggml-cpu ops.cpp rope_yarn, ggml_rope_cache_init); pairing
+// NEOX = (i, i + n_rot/2), NORM = (2i, 2i+1) (llama.cpp llama_model_rope_type).
+static std::vector<bool> slow_dims(const llama_model & model, const llama_hparams & hp, uint32_t il,
+                                   uint32_t threshold, uint32_t & n_pairs_slow) {
+    const uint32_t head_dim = hp.n_embd_head_k(il);
+    const uint32_t n_rot    = hp.has_rope(il) ? hp.n_rot(il) : 0;
+
+    std::vector<bool> mask(head_dim, false);
+    for (uint32_t d = n_rot; d < head_dim; ++d) {
+        mask[d] = true;
+    }
+    n_pairs_slow = 0;
+    if (n_rot == 0) {
+        return mask;
+    }
+    if (hp.rope_type != LLAMA_ROPE_TYPE_NEOX && hp.rope_type != LLAMA_ROPE_TYPE_NORM) {
+        throw std::runtime_error(format("LLAMA_K_CENTER=bias: RoPE type %d of this model is not supported "
+                                        "(only norm = 0 and neox = 2)", (int) hp.rope_type));
+    }
+    const bool  swa   = hp.is_swa(il);
+    const float base  = swa ? hp.rope_freq_base_train_swa  : hp.rope_freq_base_train;
+    const float scale = swa ? hp.rope_freq_scale_train_swa : hp.rope_freq_scale_train;
+
+    std::vector<float> factors;
+    if (model.layers[il].rope_freqs) {
+        factors = tensor_to_f32(model.layers[il].rope_freqs);
+    }
+    for (uint32_t i = 0; i < n_rot/2; ++i) {
+        double theta = scale * std::pow((double) base, -2.0 * i / n_rot);
+        if (i < factors.size() && factors[i] > 0.0f) {
+            theta /= factors[i];
+        }
+        const double period = 2.0 * M_PI / theta;
+        if (period > threshold) {
+            const uint32_t a = hp.rope_type == LLAMA_ROPE_TYPE_NEOX ? i          : 2*i;
+            const uint32_t b = hp.rope_type == LLAMA_ROPE_TYPE_NEOX ? i + n_rot/2 : 2*i + 1;
+            mask[a] = mask[b] = true;
+            n_pairs_slow++;
+        }
+    }
+    return mask;
+}
+
+static bool is_k_bias(const ggml_tensor * t, uint32_t il) {
+    return t && strcmp(ggml_get_name(t), format("blk.%u.attn_k.bias", il).c_str()) == 0;
+}
+
+std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
+        const llama_model                                        & model,
+        const llama_hparams                                      & hparams,
+        const std::vector<uint32_t>                              & layer_ids,
+        const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
+        const float                                              * hadamard,
+        int64_t                                                    n_hadamard,
+        llama_k_center_bufs                                      & bufs) {
+    const char * env = getenv("LLAMA_K_CENTER");
+    const llama_k_center_config cfg = llama_k_center_config::parse(env);
+
+    std::map<uint32_t, llama_k_center_layer> res;
+    if (cfg.kind == llama_k_center_config::mode::off) {
+        return res;
+    }
+
+    // 1. the vectors, in the unrotated post-RoPE frame
+    std::map<uint32_t, std::vector<float>> vecs;
+    std::string what;
+    if (cfg.kind == llama_k_center_config::mode::bias) {
+        const uint32_t threshold = cfg.ctx ? cfg.ctx : hparams.n_ctx_train;
+        uint32_t pairs = 0;
+        uint32_t n_rot = 0;
+        for (uint32_t il : layer_ids) {
+            const ggml_tensor * bk = model.layers[il].wk_b;
+            if (!is_k_bias(bk, il) || ggml_nelements(bk) != (int64_t) hparams.n_embd_k_gqa(il)) {
+                continue;
+            }
+            const std::vector<bool> mask = slow_dims(model, hparams, il, threshold, pairs);
+            n_rot = hparams.n_rot(il);
+            std::vector<float> m = tensor_to_f32(bk);
+            const uint32_t head_dim = hparams.n_embd_head_k(il);
+            for (size_t j = 0; j < m.size(); ++j) {
+                if (!mask[j % head_dim]) {
+                    m[j] = 0.0f;
+                }
+            }
+            vecs[il] = std::move(m);
+        }
+        what = format("bias (attn_k.bias in RoPE pairs with period > %u tokens: %u of %u pairs per head, "
+                      "and unrotated dims)", threshold, pairs, n_rot/2);
+    } else {
+        ggml_context * meta = nullptr;
+        gguf_init_params gp = { /*.no_alloc =*/ false, /*.ctx =*/ &meta };
+        gguf_context_ptr g { gguf_init_from_file(cfg.path.c_str(), gp) };
+        ggml_context_ptr meta_ptr { meta };
+        if (!g) {
+            throw std::runtime_error(format("LLAMA_K_CENTER=file:%s: cannot read it as a GGUF file",
+                                            cfg.path.c_str()));
+        }
+        for (uint32_t il : layer_ids) {
+            const std::string name = format("blk.%u.k_center", il);
+            const ggml_tensor * t = ggml_get_tensor(meta, name.c_str());
+            const int64_t n = hparams.n_embd_k_gqa(il);
+            if (!t) {
+                throw std::runtime_error(format("LLAMA_K_CENTER=file:%s has no tensor %s (one F32 tensor of "
+                                                "n_embd_k_gqa = %lld values per layer is needed)",
+                                                cfg.path.c_str(), name.c_str(), (long long) n));
+            }
+            if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != n) {
+                throw std::runtime_error(format("LLAMA_K_CENTER=file:%s: %s is %s with %lld values; this model "
+                                                "needs F32 with n_embd_k_gqa = %lld", cfg.path.c_str(),
+                                                name.c_str(), ggml_type_name(t->type),
+                                                (long long) ggml_nelements(t), (long long) n));
+            }
+            const float * d = (const float *) t->data;
+            vecs[il] = std::vector<float>(d, d + n);
+        }
+        what = format("file %s", cfg.path.c_str());
+    }
+
+    // drop all-zero vectors: nothing to subtract there
+    double   norm_max = 0.0;
+    uint32_t il_max   = 0;
+    for (auto it = vecs.begin(); it != vecs.end();) {
+        double s = 0.0;
+        for (float x : it->second) {
+            s += (double) x * x;
+        }
+        if (s == 0.0) {
+            it = vecs.erase(it);
+            continue;
+        }
+        if (std::sqrt(s) > norm_max) {
+            norm_max = std::sqrt(s);
+            il_max   = it->first;
+        }
+        ++it;
+    }
+    if (vecs.empty()) {
+        LLAMA_LOG_INFO("%s: k_center = %s: inactive, nothing to subtract in %zu layers\n", __func__,
+                       what.c_str(), layer_ids.size());
+        return res;
+    }
+
+    // 2. tensors beside each layer's K cache
+    std::map<ggml_backend_buffer_type_t, ggml_context_ptr> ctxs;
+    for (auto & [il, m] : vecs) {
+        ggml_backend_buffer_type_t buft = buft_of(il);
+        auto it = ctxs.find(buft);
+        if (it == ctxs.end()) {
+            ggml_init_params params = { 2*layer_ids.size()*ggml_tensor_overhead(), nullptr, true };
+            it = ctxs.emplace(buft, ggml_context_ptr { ggml_init(params) }).first;
+        }
+        ggml_context * ctx = it->second.get();
+        llama_k_center_layer & l = res[il];
+        l.store = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, (int64_t) m.size());
+        ggml_format_name(l.store, "k_center_l%u", il);
+        const uint32_t n_rot = hparams.has_rope(il) ? hparams.n_rot(il) : 0;
+        if (n_rot > 0) {
+            l.rope = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_rot, hparams.n_head_kv(il));
+            ggml_format_name(l.rope, "k_center_rope_l%u", il);
+        }
+    }
+    for (auto & [buft, ctx] : ctxs) {
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), buft);
+        if (!buf) {
+            throw std::runtime_error("failed to allocate the K centering vectors");
+        }
+        bufs.emplace_back(std::move(ctx), ggml_backend_buffer_ptr { buf });
+    }
+    for (auto & [il, m] : vecs) {
+        const llama_k_center_layer & l = res.at(il);
+        std::vector<float> stored = m;
+        if (hadamard) {  // the cache holds H·k per block of n_hadamard (llama_mul_mat_hadamard)
+            const int64_t n = n_hadamard;
+            GGML_ASSERT(m.size() % n == 0);
+            for (size_t b0 = 0; b0 < m.size(); b0 += n) {
+                for (int64_t i = 0; i < n; ++i) {
+                    double s = 0.0;
+                    for (int64_t j = 0; j < n; ++j) {
+                        s += (double) hadamard[i*n + j] * m[b0 + j];
+                    }
+                    stored[b0 + i] = (float) s;
+                }
+            }
+        }
+        ggml_backend_tensor_set(l.store, stored.data(), 0, ggml_nbytes(l.store));
+        if (l.rope) {
+            const int64_t head_dim = hparams.n_embd_head_k(il);
+            const int64_t n_rot    = l.rope->ne[0];
+            std::vector<float> r(ggml_nelements(l.rope));
+            for (int64_t h = 0; h < l.rope->ne[1]; ++h) {
+                memcpy(r.data() + h*n_rot, m.data() + h*head_dim, n_rot*sizeof(float));
+            }
+            ggml_backend_tensor_set(l.rope, r.data(), 0, ggml_nbytes(l.rope));
+        }
+    }
+    LLAMA_LOG_INFO("%s: k_center = %s: active on %zu of %zu layers, |m| max %.3f (layer %u)%s\n", __func__,
+                   what.c_str(), res.size(), layer_ids.size(), norm_max, il_max,
+                   hadamard ? ", stored in the rotated frame" : "");
+    return res;
+}

@@ -1,0 +1,82 @@
+// tqgguf: K centering for the KV cache.
+//
+// Every key stored in the cache becomes k - m_l, where m_l is one fixed vector per layer
+// (n_embd_k_gqa floats: head_dim values for each KV head). For any query q all logits of
+// a layer then move by the same amount q·m_l, and softmax(x - c) = softmax(x), so
+// attention is exactly unchanged; a quantized K cache no longer spends its per-block range
+// on a large constant component (Qwen2-family K bias: norm ~300 against ~10 for the
+// token-dependent part; see docs/K_CENTERING.md in tqgguf).
+//
+// Selected with the environment variable LLAMA_K_CENTER, read when the KV cache is created
+// (like upstream's LLAMA_ATTN_ROT_DISABLE):
+//   unset, "", "0", "off"   no centering
+//   "bias"                  m_l = the components of blk.N.attn_k.bias in RoPE pairs whose
+//                           period 2*pi/theta_i exceeds the model's training context
+//                           (n_ctx_train), plus every head dim RoPE does not rotate
+//   "bias:N"                the same with a threshold of N tokens
+//   "file:PATH"             m_l read from a GGUF holding one F32 tensor "blk.N.k_center"
+//                           of n_embd_k_gqa values per layer (post-RoPE, unrotated frame),
+//                           e.g. a per-KV-head mean of calibration keys (tqgguf writes it)
+//
+// The cache stores k - m_l; the K-shift adds m_l back before re-applying RoPE and
+// subtracts it after, so shifted keys stay centered on the same vector.
+
+#pragma once
+
+#include "ggml.h"
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct llama_model;
+struct llama_hparams;
+
+// LLAMA_K_CENTER, parsed
+struct llama_k_center_config {
+    enum class mode { off, bias, file };
+
+    mode        kind = mode::off;
+    uint32_t    ctx  = 0;  // bias: period threshold in tokens (0 = n_ctx_train)
+    std::string path;      // file: GGUF with blk.N.k_center tensors
+
+    // parse LLAMA_K_CENTER (nullptr = unset); throws std::runtime_error naming the value
+    // and the accepted forms
+    static llama_k_center_config parse(const char * value);
+};
+
+// the centering vector of one cache layer, in the two frames the graph needs
+struct llama_k_center_layer {
+    ggml_tensor * store = nullptr; // F32 [n_embd_k_gqa]: subtracted from K at cache write
+                                   // (Hadamard-rotated per block when the cache rotates K)
+    ggml_tensor * rope  = nullptr; // F32 [n_rot, n_head_kv]: added/subtracted around the
+                                   // K-shift RoPE (unrotated frame, rotated dims only)
+};
+
+using llama_k_center_bufs = std::vector<std::pair<ggml_context_ptr, ggml_backend_buffer_ptr>>;
+
+// Build the centering tensors of a KV cache's layers, as LLAMA_K_CENTER asks.
+//
+//   layer_ids  model layer indices held by the cache
+//   buft_of    buffer type of a layer's K cache (the vectors live beside it)
+//   hadamard   the cache's K rotation matrix (n_hadamard x n_hadamard, row-major) or nullptr
+//   bufs       receives the backend buffers (kept apart from the cache's own buffers so a
+//              cache clear does not zero them)
+//
+// Returns layer id -> tensors (empty when centering is off or nothing is to be removed).
+// Logs one line saying whether centering is active and what it subtracts.
+// Throws std::runtime_error for a bad LLAMA_K_CENTER, an unsupported RoPE type, or a
+// vector file that does not fit the model.
+std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
+        const llama_model                                        & model,
+        const llama_hparams                                      & hparams,
+        const std::vector<uint32_t>                              & layer_ids,
+        const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
+        const float                                              * hadamard,
+        int64_t                                                    n_hadamard,
+        llama_k_center_bufs                                      & bufs);
