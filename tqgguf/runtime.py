@@ -88,7 +88,8 @@ class KVReport:
     k_type/v_type: ggml type names it used; k_mib/v_mib: KV buffer sizes it allocated
     (MiB, summed over all KV caches, e.g. SWA + full on Gemma-3; printed with 2 decimals);
     attn_rot_k/attn_rot_v: the Hadamard rotation flags; flash_attn: its resolved setting;
-    n_ctx: context size it allocated.
+    n_ctx: context size it allocated; k_center: what the engine's K centering subtracts
+    ("" = off; see tqgguf.kcenter) and k_center_active whether it subtracts anything.
     """
 
     k_type: str = ""
@@ -100,6 +101,8 @@ class KVReport:
     attn_rot_v: bool | None = None
     flash_attn: str = ""
     n_ctx: int = 0
+    k_center: str = ""
+    k_center_active: bool = False
     log: str = field(default="", repr=False)
 
 
@@ -122,6 +125,10 @@ def parse_kv_report(log: str) -> KVReport:
     r.flash_attn = fa[-1] if fa else ""
     ctx = re.findall(r"llama_context: n_ctx\s*=\s*(\d+)", log)
     r.n_ctx = int(ctx[-1]) if ctx else 0
+    kc = re.findall(r"k_center = (.*): (active|inactive)", log)
+    if kc:
+        r.k_center = kc[0][0]
+        r.k_center_active = any(a == "active" for _, a in kc)
     return r
 
 
@@ -144,17 +151,23 @@ def resolve_flash_attn(mode: str, ctk: str, ctv: str) -> bool:
 
 
 @contextmanager
-def _rotation_env(rotation: bool):
+def engine_env(*, rotation: bool = True, k_center: str = "off"):
+    """Set the variables the patched llama.cpp reads when it creates a KV cache:
+    ``LLAMA_ATTN_ROT_DISABLE`` (upstream's rotation switch) and ``LLAMA_K_CENTER``
+    (tqgguf's K centering: off, bias[:N], file:PATH; see tqgguf.kcenter). Restores them
+    after; serialised with a lock, since the environment is process-wide."""
+    wanted = {"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center}
     with _env_lock:
-        old = os.environ.get("LLAMA_ATTN_ROT_DISABLE")
-        os.environ["LLAMA_ATTN_ROT_DISABLE"] = "0" if rotation else "1"
+        old = {k: os.environ.get(k) for k in wanted}
+        os.environ.update(wanted)
         try:
             yield
         finally:
-            if old is None:
-                os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
-            else:
-                os.environ["LLAMA_ATTN_ROT_DISABLE"] = old
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 @dataclass
@@ -167,6 +180,7 @@ class Engine:
     ctv: str
     rotation: bool
     flash_attn: bool
+    k_center: object = None  # the parsed tqgguf.kcenter.KCenter
 
     def close(self) -> None:
         close = getattr(self.llama, "close", None)
@@ -177,7 +191,8 @@ class Engine:
 def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f16", n_ctx: int = 512,
                n_batch: int | None = None, n_ubatch: int | None = None, flash_attn: str = "auto",
                rotation: bool = True, n_threads: int | None = None, n_gpu_layers: int = 0,
-               logits_all: bool = False, seed: int = 0, verbose: bool = False, **llama_kwargs) -> Engine:
+               logits_all: bool = False, seed: int = 0, verbose: bool = False, k_center: object = "off",
+               **llama_kwargs) -> Engine:
     """Load ``model_path`` with K/V cache types given by ggml name.
 
     Args:
@@ -188,11 +203,15 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         rotation: False sets LLAMA_ATTN_ROT_DISABLE=1 while the KV cache is created.
         n_gpu_layers: layers to offload (-ngl).
         logits_all: keep logits of every position (needed for perplexity).
+        k_center: K centering, a ``--k-center`` value (off, bias, bias:N, calib,
+            calib:FILE; see tqgguf.kcenter). calib computes the vectors first when
+            their file does not exist.
     Returns:
         Engine with the Llama object and the parsed KVReport.
     Raises:
         CacheTypeError: unknown cache type name (lists the valid ones).
-        ValueError: bad flash attention mode, -fa off with quantized V, missing file.
+        ValueError: bad flash attention mode, -fa off with quantized V, missing file;
+            KCenterError (a ValueError) for a bad k_center or a calib file of another model.
         EngineNotBuiltError: llama_cpp missing or not the tqgguf build.
         EngineError: llama.cpp refused (its error lines are in the message), e.g. a turbo
             type on a model whose head dim is not a multiple of 64.
@@ -206,13 +225,17 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     _ensure_engine()
     import llama_cpp
 
+    from .kcenter import engine_value, parse_k_center
+
+    kc = parse_k_center(k_center)
     n_threads = n_threads or os.cpu_count() or 1
+    k_center_env = engine_value(kc, path, n_threads=n_threads)
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
     mark = _capture.mark()
     _capture.echo = verbose
     try:
-        with _rotation_env(rotation):
+        with engine_env(rotation=rotation, k_center=k_center_env):
             llama = llama_cpp.Llama(
                 model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                 n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
@@ -228,4 +251,4 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     if report.k_type and (report.k_type != ctk or report.v_type != ctv):
         llama.close()
         raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested {ctk}/{ctv}")
-    return Engine(llama, report, ctk, ctv, rotation, fa)
+    return Engine(llama, report, ctk, ctv, rotation, fa, kc)

@@ -157,8 +157,10 @@ std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
             }
             vecs[il] = std::move(m);
         }
-        what = format("bias (attn_k.bias in RoPE pairs with period > %u tokens: %u of %u pairs per head, "
-                      "and unrotated dims)", threshold, pairs, n_rot/2);
+        what = vecs.empty()
+            ? std::string("bias (no layer of this model has an attn_k.bias)")
+            : format("bias (attn_k.bias in RoPE pairs with period > %u tokens: %u of %u pairs per head, "
+                     "and unrotated dims)", threshold, pairs, n_rot/2);
     } else {
         ggml_context * meta = nullptr;
         gguf_init_params gp = { /*.no_alloc =*/ false, /*.ctx =*/ &meta };

@@ -30,6 +30,12 @@ def fa_option():
                         help="Flash attention; a quantized V cache needs it [default: $TQGGUF_FLASH_ATTENTION / auto].")
 
 
+def k_center_option():
+    return click.option("--k-center", "k_center", metavar="MODE", default=None,
+                        help="K centering in the engine: off, bias, bias:N, calib or calib:FILE "
+                             "[default: $TQGGUF_K_CENTER / off]; see docs/K_CENTERING.md.")
+
+
 @click.command(name="ppl")
 @click.argument("model")
 @click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -44,12 +50,13 @@ def fa_option():
                    help="V cache type [default: $TQGGUF_KV_CACHE_TYPE_V / _TYPE / $OLLAMA_KV_CACHE_TYPE / f16].")
 @click.option("--rot/--no-rot", default=None, help="Hadamard rotation of Q/K/V [default: $TQGGUF_ATTN_ROTATION / on].")
 @fa_option()
+@k_center_option()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True, help="Layers to offload to the GPU.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the result as JSON to this file.")
 @click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")
-def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn, threads, n_gpu_layers, json_file, verbose):
+def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn, k_center, threads, n_gpu_layers, json_file, verbose):
     """Perplexity of MODEL (a GGUF path or a name from `tqgguf models list`) on a text,
     computed the way llama-perplexity does (second half of each n_ctx chunk scored)."""
     from ..models import ModelError, resolve_model
@@ -60,10 +67,11 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
 
     try:  # flags > TQGGUF_* > OLLAMA_* > defaults, the same settings model as `serve`
         st = resolve_settings({"cache_type_k": ctk, "cache_type_v": ctv, "flash_attention": flash_attn,
-                               "attn_rotation": rot})
+                               "attn_rotation": rot, "k_center": k_center})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
+    k_center = st.k_center
     if json_file:  # fail before the run, not after it
         try:
             json_file.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +83,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
         text = resolve_text(text_file)
         path = resolve_model(model)
         engine = open_model(path, ctk=ctk, ctv=ctv, n_ctx=n_ctx, n_batch=n_batch, flash_attn=flash_attn, rotation=rot,
-                            n_threads=threads, n_gpu_layers=n_gpu_layers, verbose=verbose)
+                            n_threads=threads, n_gpu_layers=n_gpu_layers, verbose=verbose, k_center=k_center)
     except (ModelError, EngineError, EngineNotBuiltError, FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     r = engine.report
@@ -83,6 +91,9 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     err(f"model: {path.name}   text: {text.label}", err=True)
     err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
         f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
+    if k_center != "off":
+        err(f"k_center: {r.k_center or k_center}: {'active' if r.k_center_active else 'INACTIVE (nothing to subtract)'}",
+            err=True)
 
     def on_chunk(i, n, running):
         sys.stdout.write(f"[{i}]{running:.4f},")
@@ -99,6 +110,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     if json_file:
         out = {"model": str(path), "text": text.label, "text_sha256": text.sha256, "ctk": ctk, "ctv": ctv,
                "rotation": rot, "flash_attn": r.flash_attn, "attn_rot_k": r.attn_rot_k, "attn_rot_v": r.attn_rot_v,
+               "k_center": k_center, "k_center_engine": r.k_center, "k_center_active": r.k_center_active,
                "k_mib": r.k_mib, "v_mib": r.v_mib, "kv_cells": r.cells,
                "k_bits_per_value": type_info(ctk).bits_per_value, "v_bits_per_value": type_info(ctv).bits_per_value,
                **res.to_dict()}

@@ -37,6 +37,9 @@ def _echo_err(line: str) -> None:
                    "A quantized V cache needs it.")
 @click.option("--rot/--no-rot", "rot", default=None,
               help="Hadamard rotation for quantized caches [env TQGGUF_ATTN_ROTATION; default on].")
+@click.option("--k-center", "k_center", metavar="MODE", default=None,
+              help="K centering in the engine: off, bias, bias:N, calib, calib:FILE [env TQGGUF_K_CENTER; "
+                   "default off]. Makes quantized K caches usable on models with a large K bias (Qwen2).")
 @click.option("--host", metavar="HOST[:PORT]", default=None,
               help="Listen address: host, :port, host:port, http://host:port [env TQGGUF_HOST, OLLAMA_HOST; "
                    "default 127.0.0.1:11434].")
@@ -50,14 +53,14 @@ def _echo_err(line: str) -> None:
               help="CPU threads per slot (default: cores / slots).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")
 @click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")
-def command(model, ctk, ctv, ctx, parallel, flash_attn, rot, host, port, keep_alive, n_gpu_layers, threads, alias,
+def command(model, ctk, ctv, ctx, parallel, flash_attn, rot, k_center, host, port, keep_alive, n_gpu_layers, threads, alias,
             verbose):
     """Serve MODEL (a GGUF path or a name from `tqgguf models list`) with OpenAI (/v1) and
     Ollama (/api) compatible APIs. -np N gives N independent slots of -c tokens each."""
     from ..config import SettingsError, resolve_settings
 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
-                 "flash_attention": flash_attn, "attn_rotation": rot, "host": host, "port": port,
+                 "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "host": host, "port": port,
                  "keep_alive": keep_alive}
     try:
         settings = resolve_settings(overrides)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..cachetypes import CacheTypeError, EngineNotBuiltError
-from ..sweep.grid import DEFAULT_K, DEFAULT_V, expand, parse_rot, parse_types
+from ..sweep.grid import DEFAULT_K, DEFAULT_V, expand, parse_k_centers, parse_rot, parse_types
 
 console = Console(stderr=True)
 
@@ -23,6 +23,9 @@ console = Console(stderr=True)
 @click.option("-ctv", "--ctv", "--cache-type-v", "ctv", default=",".join(DEFAULT_V), show_default=True,
               help="Comma list of V cache types.")
 @click.option("--rot", default="on", show_default=True, help="Rotation: on, off or on,off.")
+@click.option("--k-center", "k_center", default="off", show_default=True,
+              help="K centering axis, a comma list of: off, bias, bias:N, calib, calib:FILE "
+                   "(applies to quantized K types only).")
 @click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True, help="n_ctx per chunk.")
 @click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Chunks scored per configuration.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -33,8 +36,8 @@ console = Console(stderr=True)
 @click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags (implied by a budget).")
 @click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")
 @click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent (with --max-kld, both must hold).")
-def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, threads, recommend, max_kld, max_dppl):
-    """Run every K x V x rotation combination (llama-bench style lists) against an f16/f16
+def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, baseline, threads, recommend, max_kld, max_dppl):
+    """Run every K x V x rotation x K-center combination (llama-bench style lists) against an f16/f16
     baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
     from ..models import ModelError, resolve_model
     from ..quality import TextTooShortError
@@ -47,7 +50,8 @@ def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, t
     if recommend and max_kld is None and max_dppl is None:
         raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
     try:
-        configs = expand(parse_types(ctk, "--ctk"), parse_types(ctv, "--ctv"), parse_rot(rot))
+        configs = expand(parse_types(ctk, "--ctk"), parse_types(ctv, "--ctv"), parse_rot(rot),
+                         parse_k_centers(k_center))
         text = resolve_text(text_file)
         path = resolve_model(model)
     except (CacheTypeError, ValueError, FileNotFoundError, ModelError) as e:
@@ -85,7 +89,8 @@ def command(model, text_file, ctk, ctv, rot, n_ctx, chunks, out_dir, baseline, t
         if best is None:
             raise click.ClickException("no configuration in this sweep meets the budget")
         tq, ls = serve_flags(best, str(model), str(path))
-        click.echo(f"\nrecommended: K={best['ctk']} V={best['ctv']} rotation {best['rot']} — "
+        click.echo(f"\nrecommended: K={best['ctk']} V={best['ctv']} rotation {best['rot']}, "
+                   f"K-center {best.get('k_center') or 'off'} — "
                    f"{best['bits_per_value']:.2f} bits/value ({best['compression_vs_f16']:.2f}x vs f16), "
                    f"KLD {best['kld_mean']:.5f}, ΔPPL {best['dppl_pct']:+.2f}%")
         click.echo(f"  {tq}\n  {ls}")

@@ -310,6 +310,7 @@ def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
         per_slot = (r.k_mib + r.v_mib) if r else None
         return {"cache_type_k": s.cache_type_k, "cache_type_v": s.cache_type_v, "attn_rotation": s.attn_rotation,
                 "attn_rot_k": r.attn_rot_k if r else None, "attn_rot_v": r.attn_rot_v if r else None,
+                "k_center": s.k_center, "k_center_active": r.k_center_active if r else None,
                 "flash_attn": r.flash_attn if r else s.flash_attention, "n_ctx_per_slot": pool.n_ctx,
                 "slots": len(pool.slots), "kv_mib_per_slot": per_slot,
                 "kv_mib_total": per_slot * len(pool.slots) if per_slot is not None else None}

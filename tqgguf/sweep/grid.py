@@ -1,4 +1,5 @@
-"""Sweep grids: llama-bench-style comma lists expanded to every K × V × rotation combination."""
+"""Sweep grids: llama-bench-style comma lists expanded to every K × V × rotation × K-center
+combination."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,16 +14,19 @@ ROT_VALUES = {"on": True, "off": False}
 @dataclass(frozen=True, order=True)
 class Config:
     """One K/V cache configuration. ``rot`` is None when neither cache is quantized
-    (rotation never applies then, so on/off are the same run)."""
+    (rotation never applies then, so on/off are the same run). ``kc`` is the K centering
+    (a canonical ``--k-center`` value, see tqgguf.kcenter); always "off" for an
+    unquantized K cache, where centering cannot change the quantization."""
 
     ctk: str
     ctv: str
     rot: bool | None
+    kc: str = "off"
 
     @property
     def key(self) -> str:
         r = "n/a" if self.rot is None else ("on" if self.rot else "off")
-        return f"{self.ctk}/{self.ctv}/rot={r}"
+        return f"{self.ctk}/{self.ctv}/rot={r}" + (f"/kc={self.kc}" if self.kc != "off" else "")
 
     @property
     def rot_label(self) -> str:
@@ -58,8 +62,20 @@ def parse_rot(value: str) -> list[bool]:
     return list(dict.fromkeys(out))
 
 
-def expand(ctk: list[str], ctv: list[str], rot: list[bool], *, with_baseline: bool = True) -> list[Config]:
-    """Every K × V × rotation combination (llama-bench order), f16/f16 baseline first."""
+def parse_k_centers(value: str) -> list[str]:
+    """Comma list of ``--k-center`` values -> canonical names (KCenterError, a ValueError,
+    for an unknown one)."""
+    from ..kcenter import parse_k_center
+
+    return list(dict.fromkeys(str(parse_k_center(item)) for item in parse_list(value, "--k-center")))
+
+
+def expand(ctk: list[str], ctv: list[str], rot: list[bool], kc: list[str] = ("off",), *,
+           with_baseline: bool = True) -> list[Config]:
+    """Every K × V × rotation × K-center combination (llama-bench order), f16/f16 baseline
+    first. K-center values collapse to "off" for an unquantized K, except that f16/f16 is
+    kept with each K-center value: its KLD against the baseline measures that centering
+    leaves unquantized attention unchanged."""
     seen: dict[str, Config] = {}
     if with_baseline:
         seen[BASELINE.key] = BASELINE
@@ -67,6 +83,8 @@ def expand(ctk: list[str], ctv: list[str], rot: list[bool], *, with_baseline: bo
         for v in ctv:
             quant = is_quantized(k) or is_quantized(v)
             for r in rot:
-                cfg = Config(k, v, r if quant else None)
-                seen.setdefault(cfg.key, cfg)
+                for c in kc:
+                    keep = is_quantized(k) or (k, v) == ("f16", "f16")
+                    cfg = Config(k, v, r if quant else None, c if keep else "off")
+                    seen.setdefault(cfg.key, cfg)
     return list(seen.values())

@@ -6,7 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-COLUMNS = [("K", "ctk"), ("V", "ctv"), ("rot", "rot"), ("bits/val", "bits_per_value"),
+COLUMNS = [("K", "ctk"), ("V", "ctv"), ("rot", "rot"), ("K-center", "k_center"), ("bits/val", "bits_per_value"),
            ("KV B/tok", "kv_bytes_per_token"), ("vs f16", "compression_vs_f16"), ("PPL", "ppl"), ("ΔPPL %", "dppl_pct"),
            ("KLD", "kld_mean"), ("KLD p99", "kld_p99"), ("Same top p %", "same_top_p"), ("RMS Δp %", "rms_dp"),
            ("time s", "seconds")]
@@ -22,6 +22,8 @@ def sort_rows(rows: list[dict]) -> list[dict]:
 
 def _fmt(r: dict, field: str) -> str:
     v = r.get(field)
+    if field == "k_center":
+        return v or "off"  # rows from before the K-center axis
     if v is None:
         return "—"
     if field == "ppl":
@@ -49,14 +51,15 @@ def markdown_table(rows: list[dict]) -> str:
     lines = [head, sep]
     for r in sort_rows(rows):
         if r.get("status") != "ok":
-            lines.append(f"| {r['ctk']} | {r['ctv']} | {r['rot']} | failed: {r.get('error', '?')} |")
+            lines.append(f"| {r['ctk']} | {r['ctv']} | {r['rot']} | {_fmt(r, 'k_center')} | "
+                         f"failed: {r.get('error', '?')} |")
             continue
         lines.append("| " + " | ".join(_fmt(r, f) for _, f in COLUMNS) + " |")
     return "\n".join(lines)
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    fields = ["ctk", "ctv", "rot", "status", "bits_per_value", "measured_bits_per_value", "kv_bytes_per_token",
+    fields = ["ctk", "ctv", "rot", "k_center", "status", "bits_per_value", "measured_bits_per_value", "kv_bytes_per_token",
               "compression_vs_f16", "k_mib", "v_mib", "kv_cells", "attn_rot_k", "attn_rot_v", "ppl", "ppl_err",
               "dppl_pct", "kld_mean", "kld_err", "kld_p99", "kld_median", "same_top_p", "same_top_p_err", "rms_dp",
               "rms_dp_err", "tokens", "chunks", "n_ctx", "seconds", "model", "text", "error"]
@@ -79,7 +82,8 @@ def pareto_front(rows: list[dict]) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    """sweep.png: bits/value (x) vs mean KLD (log y); rotation on/off as two marker styles."""
+    """sweep.png: bits/value (x) vs mean KLD (log y); rotation on/off and K-centered rows as
+    marker styles."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,9 +91,13 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
     styles = {"on": ("o", "tab:blue", "rotation on"), "off": ("x", "tab:red", "rotation off"),
-              "n/a": ("s", "tab:gray", "no quantized cache")}
+              "n/a": ("s", "tab:gray", "no quantized cache"), "kc": ("D", "tab:green", "K-centered")}
+
+    def style(r: dict) -> str:
+        return "kc" if (r.get("k_center") or "off") != "off" else r["rot"]
+
     for rot, (marker, color, label) in styles.items():
-        pts = [r for r in rows if r.get("status") == "ok" and r["rot"] == rot and r.get("kld_mean", 0) > 0
+        pts = [r for r in rows if r.get("status") == "ok" and style(r) == rot and r.get("kld_mean", 0) > 0
                and r["ctk"] + r["ctv"] != "f16f16"]
         if not pts:
             continue
@@ -125,7 +133,11 @@ def recommend(rows: list[dict], *, max_kld: float | None = None, max_dppl: float
 def serve_flags(row: dict, model: str, model_path: str | None = None) -> tuple[str, str]:
     """(tqgguf serve command, llama-server command) for a chosen row."""
     rot = row["rot"] == "off"
-    tq = f"tqgguf serve {model} --ctk {row['ctk']} --ctv {row['ctv']}" + (" --no-rot" if rot else "")
-    ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + \
+    kc = row.get("k_center") or "off"
+    tq = f"tqgguf serve {model} --ctk {row['ctk']} --ctv {row['ctv']}" + (" --no-rot" if rot else "") + \
+        (f" --k-center {kc}" if kc != "off" else "")
+    kc_env = "" if kc == "off" else (f"LLAMA_K_CENTER={kc} " if kc.startswith("bias") else
+                                     "LLAMA_K_CENTER=file:<the calib file tqgguf wrote> ")
+    ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + kc_env + \
         f"llama-server -m {model_path or model} -ctk {row['ctk']} -ctv {row['ctv']} -fa on"
     return tq, ls

@@ -119,7 +119,8 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
 
     def engine_for(cfg: Config):
         return open_model(spec.model, ctk=cfg.ctk, ctv=cfg.ctv, n_ctx=spec.n_ctx, flash_attn="on",
-                          rotation=cfg.rot is not False, n_threads=spec.threads, n_gpu_layers=spec.n_gpu_layers)
+                          rotation=cfg.rot is not False, n_threads=spec.threads, n_gpu_layers=spec.n_gpu_layers,
+                          k_center=cfg.kc)
 
     def bits(cfg: Config) -> float:
         return (type_info(cfg.ctk).bits_per_value + type_info(cfg.ctv).bits_per_value) / 2
@@ -164,7 +165,8 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
                 log(f"baseline: wrote {base_path} ({Path(base_path).stat().st_size / 1e6:.0f} MB)")
                 reader = BaselineReader(base_path)
             if BASELINE.key not in done:
-                row = {**common, "key": BASELINE.key, "ctk": "f16", "ctv": "f16", "rot": "n/a", "status": "ok",
+                row = {**common, "key": BASELINE.key, "ctk": "f16", "ctv": "f16", "rot": "n/a", "k_center": "off",
+                       "status": "ok",
                        "chunks": n_chunk, "bits_per_value": bits(BASELINE), **_kv_fields(base_engine.report, base_engine.report.cells),
                        **stats.summary(), "dppl_pct": 0.0, "seconds": time.time() - t0}
                 _append(results, row)
@@ -178,7 +180,8 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
         if cfg.key in done:
             continue
         t0 = time.time()
-        row = {**common, "key": cfg.key, "ctk": cfg.ctk, "ctv": cfg.ctv, "rot": cfg.rot_label, "chunks": n_chunk,
+        row = {**common, "key": cfg.key, "ctk": cfg.ctk, "ctv": cfg.ctv, "rot": cfg.rot_label, "k_center": cfg.kc,
+               "chunks": n_chunk,
                "bits_per_value": bits(cfg)}
         try:
             engine = engine_for(cfg)

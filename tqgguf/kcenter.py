@@ -1,0 +1,333 @@
+"""In-engine K centering (``--k-center``): the KV cache stores k − m instead of k.
+
+m is one fixed vector per layer (head_dim values per KV head). For every query q all logits
+of a layer move by the same q·m, and softmax ignores a common shift, so attention is
+unchanged (exactly, up to floating-point rounding), while a quantized K cache no longer
+spends its per-block range on a large constant part of the keys. The engine side is
+``native/src/llama-kv-center.cpp`` (patch 0005), switched by ``LLAMA_K_CENTER`` when the KV
+cache is created; the K-shift adds m back around RoPE.
+
+Modes (the ``--k-center`` / ``TQGGUF_K_CENTER`` value):
+
+``off``
+    no centering (default).
+``bias`` / ``bias:N``
+    data-free: m = the ``attn_k.bias`` components in RoPE pairs whose period exceeds the
+    model's training context (or N tokens), plus unrotated dims — the part of the RoPE'd
+    bias that is (nearly) the same at every position. Computed by the engine at load; a
+    model without K bias has nothing to subtract (the engine logs "inactive").
+``calib`` / ``calib:FILE``
+    m = the per-layer, per-KV-head mean of post-RoPE keys over a calibration text (by
+    default 4 × 512 tokens of the built-in pydoc corpus, which is not the WikiText-2
+    evaluation text). Computed once with the engine's graph callback and stored as a small
+    GGUF beside the model (``MODEL.k_center.gguf``) or in FILE; later runs reuse it after
+    checking it was made from the same model file (sha256).
+
+Prior art: SageAttention (arXiv:2410.02367, §4.2) subtracts the token mean of K inside its
+kernel; PrismML-Eng/llama.cpp PR #51 (``--kv-mean-center``) subtracts a calibrated per-head
+mean at cache write for q4_0.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+K_CENTER_MODES = ("off", "bias", "bias:N", "calib", "calib:FILE")
+ALLOWED = "off, bias, bias:N (N = period threshold in tokens), calib, calib:FILE"
+CALIB_SUFFIX = ".k_center.gguf"
+CALIB_ARCH = "tqgguf-k-center"
+KEY = "tqgguf.k_center."
+
+
+class KCenterError(ValueError):
+    """A bad ``--k-center`` value or a calibration file that does not fit the model."""
+
+
+@dataclass(frozen=True)
+class KCenter:
+    """A parsed ``--k-center`` value.
+
+    mode: "off", "bias" or "calib"; ctx: bias period threshold in tokens (None = the
+    model's training context); path: calib file (None = beside the model).
+    """
+
+    mode: str = "off"
+    ctx: int | None = None
+    path: Path | None = None
+
+    def __str__(self) -> str:
+        if self.mode == "bias" and self.ctx:
+            return f"bias:{self.ctx}"
+        if self.mode == "calib" and self.path:
+            return f"calib:{self.path}"
+        return self.mode
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
+def parse_k_center(value: object) -> KCenter:
+    """Parse a ``--k-center`` value (see the module docstring); None/"" mean off.
+
+    Raises KCenterError naming the value and the allowed forms.
+    """
+    if value is None or isinstance(value, KCenter):
+        return value or KCenter()
+    if isinstance(value, bool):
+        return KCenter("bias" if value else "off")
+    s = str(value).strip()
+    low = s.lower()
+    if low in ("", "off", "0", "false", "no", "none"):
+        return KCenter()
+    if low in ("bias", "on", "1", "true", "yes"):
+        return KCenter("bias")
+    if low.startswith("bias:"):
+        n = s[5:].strip()
+        if not re.fullmatch(r"\d+", n) or not 1 <= int(n) < 2**32:
+            raise KCenterError(f"--k-center {s!r}: the threshold after 'bias:' must be a positive number of "
+                               f"tokens; allowed: {ALLOWED}")
+        return KCenter("bias", ctx=int(n))
+    if low == "calib":
+        return KCenter("calib")
+    if low.startswith("calib:") and s[6:].strip():
+        return KCenter("calib", path=Path(os.path.expanduser(s[6:].strip())))
+    raise KCenterError(f"--k-center {s!r} is not understood; allowed: {ALLOWED}")
+
+
+def calib_path(model_path: str | os.PathLike, kc: KCenter) -> Path:
+    """Where the calibration vectors of ``model_path`` live: kc.path or MODEL.k_center.gguf."""
+    if kc.path is not None:
+        return kc.path
+    p = Path(model_path)
+    return p.with_name(p.name + CALIB_SUFFIX) if p.suffix != ".gguf" else p.with_suffix(CALIB_SUFFIX)
+
+
+def engine_value(kc: KCenter | str | None, model_path: str | os.PathLike, *,
+                 log: Callable[[str], None] | None = None, n_threads: int | None = None) -> str:
+    """The ``LLAMA_K_CENTER`` value for the engine: "off", "bias[:N]" or "file:PATH".
+
+    For calib, the vectors are computed (and written) first when the file does not exist;
+    an existing file is checked against the model. Raises KCenterError.
+    """
+    kc = parse_k_center(kc)
+    if kc.mode == "off":
+        return "off"
+    if kc.mode == "bias":
+        return str(kc)
+    path = calib_path(model_path, kc)
+    if path.exists():
+        check_calib_file(path, model_path)
+    else:
+        (log or _stderr)(f"k-center calib: computing per-layer mean keys of {Path(model_path).name} -> {path}")
+        write_calib_file(path, model_path, calibrate(model_path, n_threads=n_threads))
+    return f"file:{path}"
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- calibration
+
+# struct ggml_tensor (ggml/include/ggml.h): enum ggml_type type; (padded to 8 bytes)
+# struct ggml_backend_buffer * buffer; int64_t ne[4]; size_t nb[4]; ...
+_NE_OFFSET = 16
+_NB_OFFSET = 48
+_KCUR = re.compile(rb"^Kcur-(\d+)$")
+
+
+@dataclass
+class Calibration:
+    """Per-layer mean post-RoPE keys: ``means[layer]`` is float32 [n_kv_heads * head_dim]
+    (the cache row layout); ``tokens`` is how many keys each mean averages."""
+
+    means: dict[int, np.ndarray]
+    tokens: int
+    text_label: str
+    n_ctx: int
+
+
+def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_label: str | None = None,
+              n_ctx: int = 512, chunks: int = 4, n_threads: int | None = None) -> Calibration:
+    """Mean post-RoPE key of every layer and KV head over ``chunks`` windows of ``n_ctx``
+    tokens of ``text`` (default: the built-in pydoc corpus).
+
+    Keys are read from the graph's ``Kcur-<layer>`` tensors (the last one of a layer in a
+    ubatch, i.e. after RoPE) through the scheduler's eval callback, before they reach the
+    KV cache, so the cache type does not matter.
+    Raises KCenterError when the text is too short or no key tensor was seen;
+    EngineError/EngineNotBuiltError from the engine.
+    """
+    from . import runtime
+    from .cachetypes import libggml_base
+    from .texts import builtin_corpus
+
+    if text is None:
+        text, text_label = builtin_corpus(), "built-in pydoc corpus"
+    runtime._ensure_engine()
+    import llama_cpp
+
+    lib = libggml_base()
+    lib.ggml_get_name.restype = ctypes.c_char_p
+    lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+    lib.ggml_nbytes.restype = ctypes.c_size_t
+    lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
+    get = lib.ggml_backend_tensor_get
+    get.restype = None
+    get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+
+    sums: dict[int, np.ndarray] = {}
+    seen: dict[int, np.ndarray] = {}
+
+    def on_tensor(t, ask, _user):
+        name = lib.ggml_get_name(t) or b""
+        m = _KCUR.match(name)
+        if m is None:
+            return not ask  # ask: not wanted; otherwise keep computing
+        if ask:
+            return True
+        ttype = ctypes.c_int32.from_address(t).value
+        ne = (ctypes.c_int64 * 4).from_address(t + _NE_OFFSET)
+        nb = (ctypes.c_size_t * 4).from_address(t + _NB_OFFSET)
+        if ttype != 0 or nb[0] != 4 or nb[1] != 4 * ne[0] or nb[2] != nb[1] * ne[1]:
+            return True  # not a contiguous F32 [head_dim, n_head_kv, n_tokens] tensor
+        buf = np.empty(ne[0] * ne[1] * ne[2], dtype=np.float32)
+        get(t, buf.ctypes.data, 0, buf.nbytes)
+        seen[int(m.group(1))] = buf.reshape(ne[2], ne[0] * ne[1])
+        return True
+
+    callback = llama_cpp.llama_context_params._fields_[
+        [f[0] for f in llama_cpp.llama_context_params._fields_].index("cb_eval")][1](on_tensor)
+
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    with runtime.engine_env(rotation=False, k_center="off"):
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(str(model_path)), mparams)
+    if not model:
+        raise runtime.EngineError(f"llama.cpp could not load {model_path}")
+    ctx = None
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        toks = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), toks, n_max, True, False)
+        if n < 0:
+            raise KCenterError("tokenizing the calibration text failed")
+        if n < n_ctx:
+            raise KCenterError(f"the calibration text has {n} tokens; at least n_ctx = {n_ctx} are needed")
+        chunks = max(1, min(chunks, n // n_ctx))
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = n_ctx
+        cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
+        cparams.cb_eval = callback
+        cparams.cb_eval_user_data = None
+        with runtime.engine_env(rotation=False, k_center="off"):
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise runtime.EngineError(f"llama.cpp could not create a context for {model_path}")
+        mem = llama_cpp.llama_get_memory(ctx)
+        count = 0
+        for c in range(chunks):
+            llama_cpp.llama_memory_clear(mem, True)
+            window = (llama_cpp.llama_token * n_ctx)(*toks[c * n_ctx:(c + 1) * n_ctx])
+            seen.clear()
+            rc = llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(window, n_ctx))
+            if rc != 0:
+                raise runtime.EngineError(f"llama_decode failed ({rc}) during calibration")
+            for il, keys in seen.items():
+                s = keys.astype(np.float64).sum(axis=0)
+                sums[il] = sums[il] + s if il in sums else s
+            count += n_ctx
+    finally:
+        if ctx:
+            llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(model)
+    if not sums:
+        raise KCenterError(f"no Kcur-<layer> tensor was seen while running {Path(model_path).name}: "
+                           "its graph does not name its keys the usual way; use --k-center bias")
+    return Calibration({il: (s / count).astype(np.float32) for il, s in sorted(sums.items())},
+                       count, text_label or "text", n_ctx)
+
+
+# ----------------------------------------------------------------------------- the file
+
+def write_calib_file(path: str | os.PathLike, model_path: str | os.PathLike, cal: Calibration) -> Path:
+    """Write ``cal`` as a GGUF: one F32 tensor ``blk.N.k_center`` per layer, plus
+    ``tqgguf.k_center.*`` keys (model file name and sha256, text, tokens, n_ctx). Atomic."""
+    from gguf import GGUFWriter
+
+    from .build.source import sha256_file
+
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise KCenterError(f"cannot write the calibration file {path}: directory does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        w = GGUFWriter(tmp, CALIB_ARCH)
+        w.add_string(KEY + "method", "calib: per-layer, per-KV-head mean of post-RoPE keys")
+        w.add_string(KEY + "model", Path(model_path).name)
+        w.add_string(KEY + "model_sha256", sha256_file(Path(model_path)))
+        w.add_string(KEY + "text", cal.text_label)
+        w.add_uint32(KEY + "tokens", int(cal.tokens))
+        w.add_uint32(KEY + "n_ctx", int(cal.n_ctx))
+        for il, m in cal.means.items():
+            w.add_tensor(f"blk.{il}.k_center", np.ascontiguousarray(m, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode of a new file
+        os.replace(tmp, path)
+    except OSError as e:
+        raise KCenterError(f"cannot write the calibration file {path}: {e.strerror or e}; "
+                           "pass --k-center calib:FILE with a writable FILE") from e
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def read_calib_file(path: str | os.PathLike) -> tuple[dict[str, object], dict[int, np.ndarray]]:
+    """(metadata without the prefix, layer -> vector) of a calibration file; KCenterError
+    when it is not one."""
+    from gguf import GGUFReader
+
+    try:
+        r = GGUFReader(path, "r")
+    except Exception as e:  # noqa: BLE001 - the reader raises several types on bad files
+        raise KCenterError(f"{path} is not a readable GGUF calibration file: {e}") from e
+    meta = {k[len(KEY):]: f.contents() for k, f in r.fields.items() if k.startswith(KEY)}
+    vecs = {}
+    for t in r.tensors:
+        m = re.fullmatch(r"blk\.(\d+)\.k_center", t.name)
+        if m:
+            vecs[int(m.group(1))] = np.asarray(t.data, dtype=np.float32).reshape(-1)
+    if "model_sha256" not in meta or not vecs:
+        raise KCenterError(f"{path} is not a tqgguf K-center calibration file (no {KEY}model_sha256 "
+                           "or no blk.N.k_center tensors)")
+    return meta, vecs
+
+
+def check_calib_file(path: str | os.PathLike, model_path: str | os.PathLike) -> dict[str, object]:
+    """Check that ``path`` was computed from ``model_path`` (same sha256); KCenterError if not."""
+    from .build.source import sha256_file
+
+    meta, _ = read_calib_file(path)
+    if meta["model_sha256"] != sha256_file(Path(model_path)):
+        raise KCenterError(f"{path} was computed for {meta.get('model')} (sha256 "
+                           f"{str(meta['model_sha256'])[:12]}…), not for {Path(model_path).name}; "
+                           "delete it or pass --k-center calib:OTHER_FILE")
+    return meta
