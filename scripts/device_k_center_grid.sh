@@ -4,11 +4,13 @@
 # written as it goes.
 #   scripts/device_k_center_grid.sh BIN MODEL TEXT OUT.tsv CHUNKS "K:V pairs" "LLAMA_K_CENTER values"
 # e.g. ... "q4_0:q4_0 turbo3:turbo3" "off file:/tmp/m.k_center.gguf"
+# BASE_KLD=FILE: use that f16 base (e.g. the original model's, to score an edited copy)
+# instead of computing one from MODEL.
 set -uo pipefail
 bin=$1; model=$2; text=$3; out=$4; chunks=$5; pairs=$6; kcs=$7
-base=/tmp/$(basename "$model").kld
+base=${BASE_KLD:-/tmp/$(basename "$model").kld}
 common=(-m "$model" -f "$text" -c 512 -b 512 --chunks "$chunks" -fa on -t "$(nproc)")
-"$bin/llama-perplexity" "${common[@]}" --kl-divergence-base "$base" > "$out.base.log" 2>&1
+[ -n "${BASE_KLD:-}" ] || "$bin/llama-perplexity" "${common[@]}" --kl-divergence-base "$base" > "$out.base.log" 2>&1
 printf "ctk\tctv\tk_center\tppl\tppl_err\tkld\tkld_err\tkld_p99\tsame_top_p\tsame_top_p_err\tseconds\n" > "$out"
 for pair in $pairs; do for kc in $kcs; do
     k=${pair%%:*}; v=${pair##*:}; t0=$(date +%s.%N)
