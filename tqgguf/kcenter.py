@@ -40,8 +40,8 @@ from typing import Callable
 
 import numpy as np
 
-K_CENTER_MODES = ("off", "bias", "bias:N", "calib", "calib:FILE")
-ALLOWED = "off, bias, bias:N (N = period threshold in tokens), calib, calib:FILE"
+K_CENTER_MODES = ("off", "bias", "bias:N", "full", "calib", "calib:FILE")
+ALLOWED = "off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE"
 CALIB_SUFFIX = ".k_center.gguf"
 CALIB_ARCH = "tqgguf-k-center"
 KEY = "tqgguf.k_center."
@@ -55,7 +55,7 @@ class KCenterError(ValueError):
 class KCenter:
     """A parsed ``--k-center`` value.
 
-    mode: "off", "bias" or "calib"; ctx: bias period threshold in tokens (None = the
+    mode: "off", "bias", "full" or "calib"; ctx: bias period threshold in tokens (None = the
     model's training context); path: calib file (None = beside the model).
     """
 
@@ -96,6 +96,8 @@ def parse_k_center(value: object) -> KCenter:
             raise KCenterError(f"--k-center {s!r}: the threshold after 'bias:' must be a positive number of "
                                f"tokens; allowed: {ALLOWED}")
         return KCenter("bias", ctx=int(n))
+    if low == "full":
+        return KCenter("full")
     if low == "calib":
         return KCenter("calib")
     if low.startswith("calib:") and s[6:].strip():
@@ -121,7 +123,7 @@ def engine_value(kc: KCenter | str | None, model_path: str | os.PathLike, *,
     kc = parse_k_center(kc)
     if kc.mode == "off":
         return "off"
-    if kc.mode == "bias":
+    if kc.mode in ("bias", "full"):
         return str(kc)
     path = calib_path(model_path, kc)
     if path.exists():

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <stdexcept>
 
-static const char * const K_CENTER_FORMS = "off, bias, bias:N (N = period threshold in tokens), file:PATH";
+static const char * const K_CENTER_FORMS = "off, bias, bias:N (N = period threshold in tokens), file:PATH, full";
 
 llama_k_center_config llama_k_center_config::parse(const char * value) {
     llama_k_center_config cfg;
@@ -24,6 +24,10 @@ llama_k_center_config llama_k_center_config::parse(const char * value) {
     }
     const std::string v = value;
     if (v.empty() || v == "0" || v == "off") {
+        return cfg;
+    }
+    if (v == "full") {
+        cfg.kind = mode::full;
         return cfg;
     }
     if (v == "bias" || v == "1") {
@@ -118,10 +122,45 @@ static bool is_k_bias(const ggml_tensor * t, uint32_t il) {
     return t && strcmp(ggml_get_name(t), format("blk.%u.attn_k.bias", il).c_str()) == 0;
 }
 
-std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
+// full mode: the model's K biases, after checking the cache can add them back exactly
+static llama_k_center_state build_full(const llama_model & model, const llama_hparams & hparams,
+                                       const std::vector<uint32_t> & layer_ids, uint32_t n_stream) {
+    llama_k_center_state st;
+    for (uint32_t il : layer_ids) {
+        ggml_tensor * bk = model.layers[il].wk_b;
+        if (!is_k_bias(bk, il) || ggml_nelements(bk) != (int64_t) hparams.n_embd_k_gqa(il)) {
+            continue;
+        }
+        if (bk->type != GGML_TYPE_F32 || model.layers[il].rope_freqs || !hparams.has_rope(il)) {
+            throw std::runtime_error(format("LLAMA_K_CENTER=full: layer %u has a %s bias%s; full needs an F32 bias "
+                                            "and plain RoPE; use bias", il, ggml_type_name(bk->type),
+                                            model.layers[il].rope_freqs ? " and rope_freqs factors" : ""));
+        }
+        st.full_bias[il] = bk;
+    }
+    if (!st.full_bias.empty() && (hparams.swa_type != LLAMA_SWA_TYPE_NONE || n_stream != 1)) {
+        throw std::runtime_error("LLAMA_K_CENTER=full: supported for caches without sliding-window layers and "
+                                 "with one stream (one sequence, or a unified KV cache); use bias or file:PATH");
+    }
+    if (!st.full_bias.empty() && hparams.rope_type != LLAMA_ROPE_TYPE_NEOX && hparams.rope_type != LLAMA_ROPE_TYPE_NORM) {
+        throw std::runtime_error(format("LLAMA_K_CENTER=full: RoPE type %d of this model is not supported "
+                                        "(only norm = 0 and neox = 2)", (int) hparams.rope_type));
+    }
+    if (st.full_bias.empty()) {
+        LLAMA_LOG_INFO("%s: k_center = full (no layer of this model has an attn_k.bias): inactive, nothing to "
+                       "subtract in %zu layers\n", __func__, layer_ids.size());
+    } else {
+        LLAMA_LOG_INFO("%s: k_center = full (the cache stores k - R(pos)·attn_k.bias; attention adds it back per "
+                       "cell): active on %zu of %zu layers\n", __func__, st.full_bias.size(), layer_ids.size());
+    }
+    return st;
+}
+
+llama_k_center_state llama_k_center_build(
         const llama_model                                        & model,
         const llama_hparams                                      & hparams,
         const std::vector<uint32_t>                              & layer_ids,
+        uint32_t                                                   n_stream,
         const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
         const float                                              * hadamard,
         int64_t                                                    n_hadamard,
@@ -129,9 +168,13 @@ std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
     const char * env = getenv("LLAMA_K_CENTER");
     const llama_k_center_config cfg = llama_k_center_config::parse(env);
 
-    std::map<uint32_t, llama_k_center_layer> res;
+    llama_k_center_state state;
+    std::map<uint32_t, llama_k_center_layer> & res = state.fixed;
     if (cfg.kind == llama_k_center_config::mode::off) {
-        return res;
+        return state;
+    }
+    if (cfg.kind == llama_k_center_config::mode::full) {
+        return build_full(model, hparams, layer_ids, n_stream);
     }
 
     // 1. the vectors, in the unrotated post-RoPE frame
@@ -212,7 +255,7 @@ std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
     if (vecs.empty()) {
         LLAMA_LOG_INFO("%s: k_center = %s: inactive, nothing to subtract in %zu layers\n", __func__,
                        what.c_str(), layer_ids.size());
-        return res;
+        return state;
     }
 
     // 2. tensors beside each layer's K cache
@@ -271,5 +314,5 @@ std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
     LLAMA_LOG_INFO("%s: k_center = %s: active on %zu of %zu layers, |m| max %.3f (layer %u)%s\n", __func__,
                    what.c_str(), res.size(), layer_ids.size(), norm_max, il_max,
                    hadamard ? ", stored in the rotated frame" : "");
-    return res;
+    return state;
 }

@@ -17,9 +17,16 @@
 //   "file:PATH"             m_l read from a GGUF holding one F32 tensor "blk.N.k_center"
 //                           of n_embd_k_gqa values per layer (post-RoPE, unrotated frame),
 //                           e.g. a per-KV-head mean of calibration keys (tqgguf writes it)
+//   "full"                  not a fixed vector: the whole K bias, as RoPE turns it at each
+//                           position. The cache stores k_s - R(s)·b (= R(s)·W x_s, the
+//                           token-dependent part only) and attention adds R(s)·b back for
+//                           every cell from the cells' positions (llama-graph.cpp
+//                           build_attn), so the keys attention sees are the model's own.
+//                           Costs one F32 copy of the layer's K view per ubatch.
 //
-// The cache stores k - m_l; the K-shift adds m_l back before re-applying RoPE and
-// subtracts it after, so shifted keys stay centered on the same vector.
+// Fixed vectors: the cache stores k - m_l; the K-shift adds m_l back before re-applying
+// RoPE and subtracts it after, so shifted keys stay centered on the same vector. Full: the
+// cache holds R(s)·W x_s, which the K-shift rotates like any key.
 
 #pragma once
 
@@ -39,7 +46,7 @@ struct llama_hparams;
 
 // LLAMA_K_CENTER, parsed
 struct llama_k_center_config {
-    enum class mode { off, bias, file };
+    enum class mode { off, bias, file, full };
 
     mode        kind = mode::off;
     uint32_t    ctx  = 0;  // bias: period threshold in tokens (0 = n_ctx_train)
@@ -60,22 +67,31 @@ struct llama_k_center_layer {
 
 using llama_k_center_bufs = std::vector<std::pair<ggml_context_ptr, ggml_backend_buffer_ptr>>;
 
+// what a KV cache subtracts from its keys
+struct llama_k_center_state {
+    std::map<uint32_t, llama_k_center_layer> fixed;     // bias / file: layer id -> m_l
+    std::map<uint32_t, ggml_tensor *>        full_bias; // full: layer id -> the model's attn_k.bias (F32)
+};
+
 // Build the centering tensors of a KV cache's layers, as LLAMA_K_CENTER asks.
 //
 //   layer_ids  model layer indices held by the cache
+//   n_stream   the cache's streams (full mode needs 1)
 //   buft_of    buffer type of a layer's K cache (the vectors live beside it)
 //   hadamard   the cache's K rotation matrix (n_hadamard x n_hadamard, row-major) or nullptr
 //   bufs       receives the backend buffers (kept apart from the cache's own buffers so a
 //              cache clear does not zero them)
 //
-// Returns layer id -> tensors (empty when centering is off or nothing is to be removed).
+// Returns the state (empty when centering is off or nothing is to be removed).
 // Logs one line saying whether centering is active and what it subtracts.
-// Throws std::runtime_error for a bad LLAMA_K_CENTER, an unsupported RoPE type, or a
-// vector file that does not fit the model.
-std::map<uint32_t, llama_k_center_layer> llama_k_center_build(
+// Throws std::runtime_error for a bad LLAMA_K_CENTER, an unsupported RoPE type, a vector
+// file that does not fit the model, or full mode on a cache it cannot serve (SWA,
+// several streams, rope_freqs factors, a non-F32 bias).
+llama_k_center_state llama_k_center_build(
         const llama_model                                        & model,
         const llama_hparams                                      & hparams,
         const std::vector<uint32_t>                              & layer_ids,
+        uint32_t                                                   n_stream,
         const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
         const float                                              * hadamard,
         int64_t                                                    n_hadamard,
