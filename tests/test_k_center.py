@@ -17,7 +17,8 @@ from tqgguf.kcenter import KCenter, KCenterError, parse_k_center
 
 @pytest.mark.parametrize("raw,want", [
     (None, "off"), ("", "off"), ("off", "off"), ("0", "off"), ("bias", "bias"), ("BIAS", "bias"),
-    ("on", "bias"), ("bias:4096", "bias:4096"), ("calib", "calib"), ("calib:/tmp/x.gguf", "calib:/tmp/x.gguf"),
+    ("on", "bias"), ("bias:4096", "bias:4096"), ("full", "full"), ("FULL", "full"), ("calib", "calib"),
+    ("calib:/tmp/x.gguf", "calib:/tmp/x.gguf"),
 ])
 def test_parse_k_center(raw, want):
     assert str(parse_k_center(raw)) == want
@@ -120,10 +121,11 @@ def test_engine_refuses_a_bad_value_with_the_allowed_forms(smol, monkeypatch):
 
 
 @pytest.mark.engine
-def test_smollm2_has_no_k_bias_so_bias_mode_changes_nothing(smol, wiki):
+@pytest.mark.parametrize("mode", ["bias", "full"])
+def test_smollm2_has_no_k_bias_so_bias_modes_change_nothing(smol, wiki, mode):
     off, toks, _ = _chunk_logits(smol, wiki, ctk="q4_0", ctv="q4_0")
-    on, _, rep = _chunk_logits(smol, wiki, ctk="q4_0", ctv="q4_0", k_center="bias")
-    assert rep.k_center.startswith("bias (no layer") and not rep.k_center_active
+    on, _, rep = _chunk_logits(smol, wiki, ctk="q4_0", ctv="q4_0", k_center=mode)
+    assert rep.k_center.startswith(f"{mode} (no layer") and not rep.k_center_active
     assert np.array_equal(off, on)  # nothing subtracted: the very same graph
 
 
@@ -170,6 +172,23 @@ def test_qwen_centering_keeps_f16_attention_and_rescues_q4_0(qwen, wiki):
     assert p4 > 1.5 * p16            # the failure this fixes
     assert p4c < 0.6 * p4            # centering removes most of it
     assert _kld(f16, q4_c) < 0.5 * _kld(f16, q4)
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_qwen_full_mode_is_exact_and_brings_turbo4_near_f16(qwen, wiki):
+    """full: the cache keeps only R(s)·W x (the bias is added back per cell), so f16 stays at
+    the rounding floor and turbo4 K behaves as on a model without a K bias."""
+    f16, toks, _ = _chunk_logits(qwen, wiki)
+    f16_full, _, rep = _chunk_logits(qwen, wiki, k_center="full")
+    f16_nofa, _, _ = _chunk_logits(qwen, wiki, fa="off")
+    assert rep.k_center_active and "active on 24 of 24 layers" in rep.log
+    assert _kld(f16, f16_full) < max(2 * _kld(f16, f16_nofa), 1e-5)
+    t4, _, _ = _chunk_logits(qwen, wiki, ctk="turbo4", ctv="turbo4", k_center="bias")
+    t4_full, _, _ = _chunk_logits(qwen, wiki, ctk="turbo4", ctv="turbo4", k_center="full")
+    p16, pb, pf = _ppl(f16, toks), _ppl(t4, toks), _ppl(t4_full, toks)
+    print(f"\nQwen chunk 1 PPL: f16 {p16:.3f}, turbo4 + bias {pb:.3f}, turbo4 + full {pf:.3f}")
+    assert pf < 1.08 * p16 < pb
 
 
 @pytest.mark.engine
@@ -288,18 +307,19 @@ def shift_reference(qwen, wiki):
 
 @pytest.mark.engine
 @pytest.mark.slow
-@pytest.mark.parametrize("ctk", ["f16", "turbo4"])
-def test_k_shift_keeps_a_centered_cache_coherent(qwen, shift_reference, ctk):
+@pytest.mark.parametrize("ctk,mode", [("f16", "bias:64"), ("turbo4", "bias:64"), ("turbo4", "full")])
+def test_k_shift_keeps_a_centered_cache_coherent(qwen, shift_reference, ctk, mode):
     """bias:64 centers on a vector that includes fast RoPE pairs (periods from 64 tokens),
     so a K-shift that rotated k - m without adding m back would move those keys by
-    (R(64) - I)·m. After the shift, a centered cache must stay as close to the f16
-    uncentered cache as it is without any shift (for turbo4 that distance is its
-    quantization error, plus the re-quantization every quantized K-shift does)."""
+    (R(64) - I)·m; full adds R(pos)·b back from the cells' positions, which the shift
+    changes. After the shift, a centered cache must stay as close to the f16 uncentered
+    cache as it is without any shift (for turbo4 that distance is its quantization error,
+    plus the re-quantization every quantized K-shift does)."""
     toks, (shift_ref, fresh_ref) = shift_reference
-    shift_c, fresh_c = _shift_and_fresh(qwen, toks, ctk=ctk, k_center="bias:64")
+    shift_c, fresh_c = _shift_and_fresh(qwen, toks, ctk=ctk, k_center=mode)
     d_shift, d_fresh = _kld(shift_ref, shift_c), _kld(fresh_ref, fresh_c)
     top = int((shift_ref.argmax(1) == shift_c.argmax(1)).sum())
-    print(f"\nK-shift {ctk} + bias:64: KLD to f16 after the shift {d_shift:.2e}, without shift {d_fresh:.2e}; "
+    print(f"\nK-shift {ctk} + {mode}: KLD to f16 after the shift {d_shift:.2e}, without shift {d_fresh:.2e}; "
           f"same top-1 after the shift {top}/16 (f16 shifted vs fresh: {_kld(fresh_ref, shift_ref):.2e})")
     assert d_shift < 2 * d_fresh + 2e-3
     assert top >= 14
