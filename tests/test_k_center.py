@@ -53,6 +53,22 @@ def test_sweep_grid_k_center_axis():
         parse_k_centers("off,sideways")
 
 
+def test_sweep_report_carries_the_k_center():
+    from tqgguf.sweep.report import markdown_table, serve_flags
+
+    row = {"ctk": "turbo4", "ctv": "turbo4", "rot": "on", "k_center": "full", "status": "ok", "bits_per_value": 4.25,
+           "kv_bytes_per_token": 100.0, "compression_vs_f16": 3.76, "ppl": 10.0, "ppl_err": 0.1, "dppl_pct": 1.0,
+           "kld_mean": 0.03, "kld_err": 0.001, "kld_p99": 0.2, "same_top_p": 90.0, "same_top_p_err": 0.4,
+           "rms_dp": 3.0, "seconds": 5}
+    table = markdown_table([row, {**row, "k_center": None, "kld_mean": 0.2}])
+    assert "| K-center |" in table.splitlines()[0]
+    assert "| turbo4 | turbo4 | on | full |" in table and "| turbo4 | turbo4 | on | off |" in table
+    tq, ls = serve_flags(row, "qwen", "/m/q.gguf")
+    assert tq.endswith("--k-center full") and ls.startswith("LLAMA_K_CENTER=full llama-server")
+    tq, ls = serve_flags({**row, "k_center": "calib"}, "qwen", "/m/q.gguf")
+    assert "--k-center calib" in tq and ls.startswith("LLAMA_K_CENTER=file:")
+
+
 # ----------------------------------------------------------------------------- engine
 
 def _model(name):

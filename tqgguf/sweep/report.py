@@ -136,8 +136,8 @@ def serve_flags(row: dict, model: str, model_path: str | None = None) -> tuple[s
     kc = row.get("k_center") or "off"
     tq = f"tqgguf serve {model} --ctk {row['ctk']} --ctv {row['ctv']}" + (" --no-rot" if rot else "") + \
         (f" --k-center {kc}" if kc != "off" else "")
-    kc_env = "" if kc == "off" else (f"LLAMA_K_CENTER={kc} " if kc.startswith("bias") else
-                                     "LLAMA_K_CENTER=file:<the calib file tqgguf wrote> ")
+    kc_env = "" if kc == "off" else ("LLAMA_K_CENTER=file:<the calib file tqgguf wrote> " if kc.startswith("calib")
+                                     else f"LLAMA_K_CENTER={kc} ")
     ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + kc_env + \
         f"llama-server -m {model_path or model} -ctk {row['ctk']} -ctv {row['ctv']} -fa on"
     return tq, ls
