@@ -207,8 +207,7 @@ def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_la
         seen[int(m.group(1))] = buf.reshape(ne[2], ne[0] * ne[1])
         return True
 
-    callback = llama_cpp.llama_context_params._fields_[
-        [f[0] for f in llama_cpp.llama_context_params._fields_].index("cb_eval")][1](on_tensor)
+    callback = llama_cpp.ggml_backend_sched_eval_callback(on_tensor)  # kept alive until the context is freed
 
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
