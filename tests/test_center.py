@@ -461,3 +461,9 @@ def test_drift_is_the_rotation_of_the_removed_part():
             best = max(best, float(np.linalg.norm(rot - removed)))
         assert math.isclose(removed_drift(r, heads, slow, periods, 256), best, rel_tol=1e-9)
         assert 0 < best < 2 * np.linalg.norm(removed)
+
+
+def test_unwritable_output_is_a_clean_error(tmp_path):
+    src = tiny_gguf(tmp_path / "m.gguf")
+    res = run_cli(src, "-o", "/proc/x.gguf")
+    assert_clean_error(res, "cannot write")

@@ -339,3 +339,23 @@ def test_k_shift_keeps_a_centered_cache_coherent(qwen, shift_reference, ctk, mod
           f"same top-1 after the shift {top}/16 (f16 shifted vs fresh: {_kld(fresh_ref, shift_ref):.2e})")
     assert d_shift < 2 * d_fresh + 2e-3
     assert top >= 14
+
+
+def test_recommend_skips_inactive_centering():
+    from tqgguf.sweep.report import recommend
+
+    base = {"ctk": "q4_0", "ctv": "q4_0", "rot": "on", "status": "ok", "kv_bytes_per_token": 50.0,
+            "kld_mean": 0.04, "dppl_pct": 2.0}
+    rows = [{**base, "k_center": "full", "k_center_active": False}, {**base, "k_center": "off"}]
+    assert recommend(rows, max_kld=0.5)["k_center"] == "off"
+
+
+def test_calib_file_in_an_unwritable_place_is_refused_before_any_work(tmp_path):
+    from tqgguf.kcenter import engine_value
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with pytest.raises(KCenterError, match="not writable"):
+        engine_value("calib:/proc/x.k_center.gguf", model)
+    with pytest.raises(KCenterError, match="is a directory"):
+        engine_value(f"calib:{tmp_path}", model)

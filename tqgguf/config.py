@@ -43,7 +43,7 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_KV_CACHE_TYPE_V": "V cache type; overrides TQGGUF_KV_CACHE_TYPE for V",
     "TQGGUF_FLASH_ATTENTION": "flash attention: on, off, auto or a boolean",
     "TQGGUF_ATTN_ROTATION": "Hadamard rotation of Q/K/V for quantized caches (boolean)",
-    "TQGGUF_K_CENTER": "K centering in the engine: off, bias, bias:N, calib or calib:FILE",
+    "TQGGUF_K_CENTER": "K centering in the engine: off, bias, bias:N, full, calib or calib:FILE",
     "TQGGUF_HOST": "address to serve on: host, :port, host:port or http(s)://host:port",
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
     "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
@@ -371,8 +371,9 @@ class Settings(BaseModel):
                                        parse_bool)] = Field(
         True, description="Hadamard rotation of Q/K/V for quantized caches (off = LLAMA_ATTN_ROT_DISABLE=1)")
     k_center: Annotated[str, Var((("k_center", "--k-center"),), ("TQGGUF_K_CENTER",), parse_k_center_setting)] = Field(
-        "off", description="K centering: the cache stores k - m (m: slow RoPE part of attn_k.bias, or "
-                           "calibrated mean keys); attention is unchanged, quantized K gains range")
+        "off", description="K centering: full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
+                           "bias/calib = the cache stores k - m (m: slow RoPE part of the bias, or the mean "
+                           "calibration key); attention is unchanged, a quantized K gains range")
     host: Annotated[str, Var((("host", "--host"),), _HOST_ENV, _host_part)] = Field(
         DEFAULT_HOST, description="interface to listen on")
     port: Annotated[int, Var((("port", "--port"), ("host", "--host")), _HOST_ENV, _port_part,

@@ -93,8 +93,8 @@ def parse_k_center(value: object) -> KCenter:
     if low.startswith("bias:"):
         n = s[5:].strip()
         if not re.fullmatch(r"\d+", n) or not 1 <= int(n) < 2**32:
-            raise KCenterError(f"--k-center {s!r}: the threshold after 'bias:' must be a positive number of "
-                               f"tokens; allowed: {ALLOWED}")
+            raise KCenterError(f"{s!r}: the threshold after 'bias:' must be a number of tokens from 1 to "
+                               f"{2**32 - 1}; allowed: {ALLOWED}")
         return KCenter("bias", ctx=int(n))
     if low == "full":
         return KCenter("full")
@@ -102,7 +102,7 @@ def parse_k_center(value: object) -> KCenter:
         return KCenter("calib")
     if low.startswith("calib:") and s[6:].strip():
         return KCenter("calib", path=Path(os.path.expanduser(s[6:].strip())))
-    raise KCenterError(f"--k-center {s!r} is not understood; allowed: {ALLOWED}")
+    raise KCenterError(f"{s!r} is not a K-center mode; allowed: {ALLOWED}")
 
 
 def calib_path(model_path: str | os.PathLike, kc: KCenter) -> Path:
@@ -126,12 +126,26 @@ def engine_value(kc: KCenter | str | None, model_path: str | os.PathLike, *,
     if kc.mode in ("bias", "full"):
         return str(kc)
     path = calib_path(model_path, kc)
+    if path.is_dir():
+        raise KCenterError(f"calibration file {path} is a directory; give a file path: calib:FILE")
     if path.exists():
         check_calib_file(path, model_path)
     else:
+        if not _writable_dir(path.parent):
+            raise KCenterError(f"cannot write the calibration file {path}: its directory does not exist or is "
+                               "not writable; pass --k-center calib:FILE with a writable FILE")
         (log or _stderr)(f"k-center calib: computing per-layer mean keys of {Path(model_path).name} -> {path}")
         write_calib_file(path, model_path, calibrate(model_path, n_threads=n_threads))
     return f"file:{path}"
+
+
+def _writable_dir(d: Path) -> bool:
+    """True when a file can be created in ``d`` (probed: os.access is True for root on /proc)."""
+    try:
+        with tempfile.TemporaryFile(dir=d):
+            return True
+    except OSError:
+        return False
 
 
 def _stderr(msg: str) -> None:
@@ -270,10 +284,12 @@ def write_calib_file(path: str | os.PathLike, model_path: str | os.PathLike, cal
     from .build.source import sha256_file
 
     path = Path(path)
-    if not path.parent.is_dir():
-        raise KCenterError(f"cannot write the calibration file {path}: directory does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as e:
+        raise KCenterError(f"cannot write the calibration file {path}: {e.strerror or e}; "
+                           "pass --k-center calib:FILE with a writable FILE") from e
     try:
         w = GGUFWriter(tmp, CALIB_ARCH)
         w.add_string(KEY + "method", "calib: per-layer, per-KV-head mean of post-RoPE keys")

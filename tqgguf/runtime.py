@@ -170,6 +170,16 @@ def engine_env(*, rotation: bool = True, k_center: str = "off"):
                     os.environ[k] = v
 
 
+_warned_llama_k_center = False
+
+
+def _warn_llama_k_center() -> None:
+    global _warned_llama_k_center
+    _warned_llama_k_center = True
+    print(f"warning: LLAMA_K_CENTER={os.environ['LLAMA_K_CENTER']!r} is ignored by tqgguf, which sets it from "
+          "--k-center / TQGGUF_K_CENTER", file=sys.stderr)
+
+
 @dataclass
 class Engine:
     """An opened model: ``llama`` is the llama_cpp.Llama, ``report`` what llama.cpp logged."""
@@ -228,6 +238,8 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     from .kcenter import engine_value, parse_k_center
 
     kc = parse_k_center(k_center)
+    if os.environ.get("LLAMA_K_CENTER") and not _warned_llama_k_center:
+        _warn_llama_k_center()
     n_threads = n_threads or os.cpu_count() or 1
     k_center_env = engine_value(kc, path, n_threads=n_threads)
     n_batch = n_batch or min(n_ctx, 512)

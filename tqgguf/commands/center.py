@@ -93,4 +93,6 @@ def command(model, output, ctx, force, dry_run):
         write_centered(plan, output)
     except CenterError as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:
+        raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from None
     console.print(f"wrote [bold]{output}[/] ({len(plan.layers)} attn_k.bias tensors changed)")

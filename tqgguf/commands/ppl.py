@@ -32,7 +32,7 @@ def fa_option():
 
 def k_center_option():
     return click.option("--k-center", "k_center", metavar="MODE", default=None,
-                        help="K centering in the engine: off, bias, bias:N, calib or calib:FILE "
+                        help="K centering in the engine: off, bias, bias:N, full, calib or calib:FILE "
                              "[default: $TQGGUF_K_CENTER / off]; see docs/K_CENTERING.md.")
 
 

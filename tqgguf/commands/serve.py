@@ -38,7 +38,7 @@ def _echo_err(line: str) -> None:
 @click.option("--rot/--no-rot", "rot", default=None,
               help="Hadamard rotation for quantized caches [env TQGGUF_ATTN_ROTATION; default on].")
 @click.option("--k-center", "k_center", metavar="MODE", default=None,
-              help="K centering in the engine: off, bias, bias:N, calib, calib:FILE [env TQGGUF_K_CENTER; "
+              help="K centering in the engine: off, bias, bias:N, full, calib, calib:FILE [env TQGGUF_K_CENTER; "
                    "default off]. Makes quantized K caches usable on models with a large K bias (Qwen2).")
 @click.option("--host", metavar="HOST[:PORT]", default=None,
               help="Listen address: host, :port, host:port, http://host:port [env TQGGUF_HOST, OLLAMA_HOST; "

@@ -24,7 +24,7 @@ console = Console(stderr=True)
               help="Comma list of V cache types.")
 @click.option("--rot", default="on", show_default=True, help="Rotation: on, off or on,off.")
 @click.option("--k-center", "k_center", default="off", show_default=True,
-              help="K centering axis, a comma list of: off, bias, bias:N, calib, calib:FILE "
+              help="K centering axis, a comma list of: off, bias, bias:N, full, calib, calib:FILE "
                    "(applies to quantized K types only).")
 @click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True, help="n_ctx per chunk.")
 @click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Chunks scored per configuration.")
@@ -45,6 +45,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, b
     from ..sweep import BaselineMismatchError, SweepSpec, run_sweep
     from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
     from ..texts import resolve_text
+    from ..kcenter import engine_value
 
     recommend = recommend or max_kld is not None or max_dppl is not None  # a budget asks for a recommendation
     if recommend and max_kld is None and max_dppl is None:
@@ -54,8 +55,12 @@ def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, b
                          parse_k_centers(k_center))
         text = resolve_text(text_file)
         path = resolve_model(model)
+        for kc in {c.kc for c in configs if c.kc.startswith("calib")}:  # compute/check the file before the run
+            engine_value(kc, path, n_threads=threads)
     except (CacheTypeError, ValueError, FileNotFoundError, ModelError) as e:
         raise click.UsageError(str(e)) from e
+    except (EngineError, EngineNotBuiltError) as e:
+        raise click.ClickException(str(e)) from e
     out_dir = out_dir or Path(f"sweep-{Path(model).stem if Path(model).suffix == '.gguf' else model}")
     console.print(f"model: {path.name}  text: {text.label}  n_ctx {n_ctx}, {chunks} chunks, "
                   f"{len(configs)} configurations -> {out_dir}")

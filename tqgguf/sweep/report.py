@@ -22,8 +22,8 @@ def sort_rows(rows: list[dict]) -> list[dict]:
 
 def _fmt(r: dict, field: str) -> str:
     v = r.get(field)
-    if field == "k_center":
-        return v or "off"  # rows from before the K-center axis
+    if field == "k_center":  # rows from before the K-center axis have none
+        return (v or "off") + (" (inactive)" if v and v != "off" and r.get("k_center_active") is False else "")
     if v is None:
         return "—"
     if field == "ppl":
@@ -59,7 +59,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    fields = ["ctk", "ctv", "rot", "k_center", "status", "bits_per_value", "measured_bits_per_value", "kv_bytes_per_token",
+    fields = ["ctk", "ctv", "rot", "k_center", "k_center_active", "status", "bits_per_value", "measured_bits_per_value", "kv_bytes_per_token",
               "compression_vs_f16", "k_mib", "v_mib", "kv_cells", "attn_rot_k", "attn_rot_v", "ppl", "ppl_err",
               "dppl_pct", "kld_mean", "kld_err", "kld_p99", "kld_median", "same_top_p", "same_top_p_err", "rms_dp",
               "rms_dp_err", "tokens", "chunks", "n_ctx", "seconds", "model", "text", "error"]
@@ -121,8 +121,10 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 
 def recommend(rows: list[dict], *, max_kld: float | None = None, max_dppl: float | None = None) -> dict | None:
-    """Smallest-KV configuration within the budget (ties: lower KLD); None if none qualifies."""
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("kld_mean") is not None]
+    """Smallest-KV configuration within the budget (ties: lower KLD); None if none qualifies.
+    Rows whose K centering subtracted nothing (inactive: same run as off) are skipped."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("kld_mean") is not None
+          and not ((r.get("k_center") or "off") != "off" and r.get("k_center_active") is False)]
     if max_kld is not None:
         ok = [r for r in ok if r["kld_mean"] <= max_kld]
     if max_dppl is not None:
@@ -136,7 +138,9 @@ def serve_flags(row: dict, model: str, model_path: str | None = None) -> tuple[s
     kc = row.get("k_center") or "off"
     tq = f"tqgguf serve {model} --ctk {row['ctk']} --ctv {row['ctv']}" + (" --no-rot" if rot else "") + \
         (f" --k-center {kc}" if kc != "off" else "")
-    kc_env = "" if kc == "off" else ("LLAMA_K_CENTER=file:<the calib file tqgguf wrote> " if kc.startswith("calib")
+    engine = row.get("k_center_engine") or ""
+    calib_file = engine[5:] if engine.startswith("file ") else "<the calib file tqgguf wrote>"
+    kc_env = "" if kc == "off" else (f"LLAMA_K_CENTER=file:{calib_file} " if kc.startswith("calib")
                                      else f"LLAMA_K_CENTER={kc} ")
     ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + kc_env + \
         f"llama-server -m {model_path or model} -ctk {row['ctk']} -ctv {row['ctv']} -fa on"

@@ -193,7 +193,8 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
             continue
         stats = KLDStats()
         try:
-            row.update(_kv_fields(engine.report, engine.report.cells))
+            row.update(_kv_fields(engine.report, engine.report.cells),
+                       k_center_active=engine.report.k_center_active, k_center_engine=engine.report.k_center)
             for c, logits in chunk_logits(engine, tokens, spec.n_ctx, min(spec.n_ctx, 512), n_chunk):
                 if not np.isfinite(logits).all():
                     raise FloatingPointError(f"non-finite logits in chunk {c + 1} "
