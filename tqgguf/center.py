@@ -469,6 +469,15 @@ def check_output(src: str | os.PathLike, out: str | os.PathLike, *, force: bool 
     return out
 
 
+def publish(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Give a finished ``tempfile.mkstemp`` file (mode 0600) the usual mode of a new file
+    (0666 & ~umask) and rename it onto ``out`` atomically. Raises OSError."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, out)
+
+
 def _copy_value(f) -> tuple[Any, Any, Any]:
     """(value, type, sub_type) reproducing a reader field byte for byte."""
     from gguf import GGUFValueType as T
@@ -518,10 +527,7 @@ def write_centered(plan: CenterPlan, out: str | os.PathLike) -> Path:
             assert data.dtype == t.data.dtype and data.nbytes == t.data.nbytes
             w.write_tensor_data(data, tensor_endianess=reader.endianess)
         w.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode of a new file
-        os.replace(tmp, out)
+        publish(tmp, out)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -282,6 +282,7 @@ def write_calib_file(path: str | os.PathLike, model_path: str | os.PathLike, cal
     from gguf import GGUFWriter
 
     from .build.source import sha256_file
+    from .center import publish
 
     path = Path(path)
     try:
@@ -304,10 +305,7 @@ def write_calib_file(path: str | os.PathLike, model_path: str | os.PathLike, cal
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode of a new file
-        os.replace(tmp, path)
+        publish(tmp, path)
     except OSError as e:
         raise KCenterError(f"cannot write the calibration file {path}: {e.strerror or e}; "
                            "pass --k-center calib:FILE with a writable FILE") from e
