@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -85,36 +86,70 @@ def sha256_file(path: Path) -> str:
 
 
 def fetch_sdist(log=print) -> Path:
-    """Return the verified sdist path, downloading it from PyPI if it is not cached.
+    """Return the verified pinned sdist, fetching it through pip when it is not cached.
 
-    ``TQGGUF_SDIST`` may point at a local copy. Raises SourceError on a checksum mismatch
-    or when PyPI cannot be reached.
+    Order: ``TQGGUF_SDIST`` (a local file; nothing is downloaded), else the cached copy
+    ``<cache>/sdist/<name>``, else ``python -m pip download --no-deps --no-binary :all:``
+    of the pin, so the user's index, proxy and certificate settings (pip.conf, ``PIP_*``)
+    apply exactly as for ``pip install``. The file is checked against ``PIN.sha256``.
+
+    Raises SourceError: ``TQGGUF_SDIST`` missing or not a regular file; pip missing or
+    failing (its own last lines are quoted, with the two ways out); sha256 mismatch
+    (named, with both digests).
     """
     override = os.environ.get("TQGGUF_SDIST")
-    target = Path(override) if override else cache_dir() / "sdist" / PIN.sdist_name
-    if not target.exists():
-        if override:
-            raise SourceError(f"TQGGUF_SDIST={override} does not exist")
-        import httpx
-
-        target.parent.mkdir(parents=True, exist_ok=True)
-        url = f"https://pypi.org/pypi/{PIN.package}/{PIN.version}/json"
-        try:
-            meta = httpx.get(url, timeout=60, follow_redirects=True).json()
-            src = next(u for u in meta["urls"] if u["packagetype"] == "sdist")
-            log(f"downloading {src['url'].rsplit('/', 1)[-1]} ({src['size'] / 1e6:.1f} MB)")
-            tmp = target.with_suffix(".part")
-            with httpx.stream("GET", src["url"], timeout=600, follow_redirects=True) as r, open(tmp, "wb") as f:
-                r.raise_for_status()
-                for chunk in r.iter_bytes(1 << 20):
-                    f.write(chunk)
-            tmp.replace(target)
-        except (httpx.HTTPError, StopIteration, KeyError, ValueError) as e:
-            raise SourceError(f"could not download {PIN.package}=={PIN.version} from PyPI: {e}") from e
+    if override:
+        target = Path(override).expanduser()
+        if not target.exists():
+            raise SourceError(f"TQGGUF_SDIST={override} does not exist; point it at {PIN.sdist_name} "
+                              f"(sha256 {PIN.sha256}) or unset it to fetch the sdist through pip")
+        if not target.is_file():
+            raise SourceError(f"TQGGUF_SDIST={override} is not a file (a directory?); point it at "
+                              f"{PIN.sdist_name} itself")
+    else:
+        target = cache_dir() / "sdist" / PIN.sdist_name
+        if not target.exists():
+            _pip_download(target, log)
     digest = sha256_file(target)
     if digest != PIN.sha256:
-        raise SourceError(f"{target}: sha256 {digest} does not match the pin {PIN.sha256}")
+        hint = "" if override else " (the cached copy was removed; run again to fetch it anew)"
+        if not override:
+            target.unlink()
+        raise SourceError(f"{target}: sha256 {digest} does not match the pin {PIN.sha256} of "
+                          f"{PIN.package}=={PIN.version}: a corrupt or truncated download{hint}")
     return target
+
+
+def pip_download_command(dest: Path) -> list[str]:
+    """The pip command that fetches the pinned sdist into ``dest`` (a directory)."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            "--disable-pip-version-check", "-d", str(dest), f"{PIN.package}=={PIN.version}"]
+
+
+def _pip_download(target: Path, log) -> None:
+    """Fetch the pinned sdist with pip into ``target`` (atomic: a temp dir, then a rename)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ways_out = (f"Either download {PIN.sdist_name} yourself and set TQGGUF_SDIST=PATH, or point pip at an index "
+                f"that has it (PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, pip.conf; proxy and certificates as for pip install).")
+    with tempfile.TemporaryDirectory(prefix="sdist-", dir=target.parent) as tmp:
+        cmd = pip_download_command(Path(tmp))
+        log(f"fetching {PIN.package}=={PIN.version} (sdist) through pip")
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SourceError(f"could not run pip to fetch {PIN.package}=={PIN.version}: {e}. {ways_out}") from e
+        if r.returncode != 0:
+            lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
+            if any("No module named pip" in ln for ln in lines):
+                why = f"pip is not installed for {sys.executable}"
+            else:
+                why = "pip said:\n  " + "\n  ".join(lines[-6:])
+            raise SourceError(f"could not fetch {PIN.package}=={PIN.version} (tried: {' '.join(cmd)}); {why}\n{ways_out}")
+        got = Path(tmp) / PIN.sdist_name
+        if not got.is_file():
+            found = ", ".join(p.name for p in Path(tmp).iterdir()) or "nothing"
+            raise SourceError(f"pip fetched {found} instead of {PIN.sdist_name}. {ways_out}")
+        got.replace(target)
 
 
 def apply_patches(llama_dir: Path) -> None:
