@@ -1,0 +1,550 @@
+// tqgguf: CUDA device code of the turbo KV-cache types (turbo4_0, turbo3_0, turbo2_0).
+//
+// Formats: ggml-turbo-common.h (the one definition of the bit layout). Codebooks:
+// ggml-turbo-tables.h (generated from tqgguf/reference/codebook.py). CPU codec and the
+// encoder this file reproduces bit for bit: ggml-turbo.c.
+//
+// What lives here, and which upstream entry point uses it:
+//   dequantize_turbo{4,3,2}_0        dequantize_kernel_t: GET_ROWS, CPY turbo->f32, to_fp16/to_fp32
+//                                    (prefill converts K/V to f16 for the tensor-core FA kernels)
+//   quantize_f32_turbo_block_warp    SET_ROWS (the cache write; one warp per block)
+//   quantize_f32_turbo{4,3,2}_0_block CPY f32->turbo (K-shift; one thread per block, same bytes)
+//   vec_dot_fattn_vec_KQ_turbo       FA vector kernel, K.Q with a turbo K (Q kept in float)
+//   dequantize_V_turbo               FA vector kernel, V rows of a turbo V
+//
+// Decoding is y_j = d * c[idx_j] (one float product, as on the CPU). Encoding is the CPU's
+// scale search (docs/DESIGN.md, design change 1) with the CPU's canonical summation order;
+// its arithmetic goes through explicit IEEE round-to-nearest PTX (no FMA contraction, no
+// flush-to-zero, whatever -use_fast_math says), so a CUDA cache write stores the same bytes
+// as the CPU's quantize_row_turboN_0.
+#pragma once
+
+#include "common.cuh"
+#include "ggml-turbo-tables.h"
+
+#define QR_TURBO 2  // dequantize_kernel_t pairs: element iqs and element iqs + QK_TURBO/2
+
+static __device__ const float ggml_cuda_turbo4_c[16] = GGML_TURBO4_CENTROIDS;
+static __device__ const float ggml_cuda_turbo4_b[15] = GGML_TURBO4_BOUNDARIES;
+static __device__ const float ggml_cuda_turbo3_c[8]  = GGML_TURBO3_CENTROIDS;
+static __device__ const float ggml_cuda_turbo3_b[7]  = GGML_TURBO3_BOUNDARIES;
+static __device__ const float ggml_cuda_turbo2_c[4]  = GGML_TURBO2_CENTROIDS;
+static __device__ const float ggml_cuda_turbo2_b[3]  = GGML_TURBO2_BOUNDARIES;
+static __device__ const float ggml_cuda_turbo_inv_grid[GGML_TURBO_SEARCH_STEPS] = GGML_TURBO_SEARCH_INV_GRID;
+
+static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(const ggml_type type) {
+    return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
+}
+
+// Per-type facts: the block struct, number of levels, centroids and decision boundaries.
+template <ggml_type type> struct ggml_cuda_turbo_traits;
+
+template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0> {
+    typedef block_turbo4_0 block;
+    static constexpr int levels = 16;
+    static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo4_c[i]; }
+    static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo4_b[i]; }
+};
+template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO3_0> {
+    typedef block_turbo3_0 block;
+    static constexpr int levels = 8;
+    static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo3_c[i]; }
+    static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo3_b[i]; }
+};
+template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
+    typedef block_turbo2_0 block;
+    static constexpr int levels = 4;
+    static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo2_c[i]; }
+    static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo2_b[i]; }
+};
+
+// ---------------------------------------------------------------------------------------
+// index extraction (layout: ggml-turbo-common.h)
+
+// n consecutive bytes from a 2-byte aligned address (turbo blocks are 34/26/18 bytes: the
+// qs arrays are 2-byte but not 4-byte aligned)
+template <int n>
+static __device__ __forceinline__ void ggml_cuda_turbo_load(const uint8_t * p, uint8_t (&out)[n]) {
+    static_assert(n % 2 == 0, "even byte count");
+#pragma unroll
+    for (int i = 0; i < n/2; ++i) {
+        const uint16_t v = ((const uint16_t *) p)[i];
+        out[2*i + 0] = (uint8_t) (v & 0xFF);
+        out[2*i + 1] = (uint8_t) (v >> 8);
+    }
+}
+
+// Indices of the n consecutive elements o .. o+n-1 of one block; o % n == 0, n in {2, 4, 8}.
+template <ggml_type type, int n>
+static __device__ __forceinline__ void ggml_cuda_turbo_indices(const void * vb, const int o, int (&idx)[n]) {
+    static_assert(n == 2 || n == 4 || n == 8, "n must be 2, 4 or 8");
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        const block_turbo4_0 * x = (const block_turbo4_0 *) vb;
+        uint8_t q[n];
+        ggml_cuda_turbo_load<n>(x->qs + (o % (QK_TURBO/2)), q);
+        const int shift = o >= QK_TURBO/2 ? 4 : 0;
+#pragma unroll
+        for (int k = 0; k < n; ++k) {
+            idx[k] = (q[k] >> shift) & 15;
+        }
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+        // element j = 8r + l: bits 3r..3r+2 of w_l = qs[l] | qs[l+8] << 8 | qs[l+16] << 16
+        const block_turbo3_0 * x = (const block_turbo3_0 *) vb;
+        const int l0 = o % 8;
+        const int r  = o / 8;
+        uint8_t q0[n], q1[n], q2[n];
+        ggml_cuda_turbo_load<n>(x->qs +  0 + l0, q0);
+        ggml_cuda_turbo_load<n>(x->qs +  8 + l0, q1);
+        ggml_cuda_turbo_load<n>(x->qs + 16 + l0, q2);
+#pragma unroll
+        for (int k = 0; k < n; ++k) {
+            const uint32_t w = (uint32_t) q0[k] | ((uint32_t) q1[k] << 8) | ((uint32_t) q2[k] << 16);
+            idx[k] = (int) ((w >> (3*r)) & 7);
+        }
+    } else if constexpr (type == GGML_TYPE_TURBO2_0) {
+        const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
+        uint8_t q[n];
+        ggml_cuda_turbo_load<n>(x->qs + (o % 16), q);
+        const int shift = 2*(o / 16);
+#pragma unroll
+        for (int k = 0; k < n; ++k) {
+            idx[k] = (q[k] >> shift) & 3;
+        }
+    } else {
+        static_assert(type == GGML_TYPE_TURBO4_0, "not a turbo type");
+    }
+}
+
+// Index of one element j (0..63).
+template <ggml_type type>
+static __device__ __forceinline__ int ggml_cuda_turbo_index(const void * vb, const int j) {
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        const block_turbo4_0 * x = (const block_turbo4_0 *) vb;
+        return j < QK_TURBO/2 ? (x->qs[j] & 15) : (x->qs[j - QK_TURBO/2] >> 4);
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+        const block_turbo3_0 * x = (const block_turbo3_0 *) vb;
+        const int l = j % 8;
+        const uint32_t w = (uint32_t) x->qs[l] | ((uint32_t) x->qs[l + 8] << 8) | ((uint32_t) x->qs[l + 16] << 16);
+        return (int) ((w >> (3*(j / 8))) & 7);
+    } else {
+        const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
+        return (x->qs[j % 16] >> (2*(j / 16))) & 3;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// dequantize_kernel_t (dequantize.cuh's convention with qk = QK_TURBO, qr = QR_TURBO):
+// v.x = element iqs, v.y = element iqs + 32 of block ib
+
+template <ggml_type type>
+static __device__ __forceinline__ void dequantize_turbo(const void * vx, const int64_t ib, const int iqs, float2 & v) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    const typename tt::block * x = (const typename tt::block *) vx + ib;
+    const float d = __half2float(x->d);
+    v.x = d * tt::c(ggml_cuda_turbo_index<type>(x, iqs));
+    v.y = d * tt::c(ggml_cuda_turbo_index<type>(x, iqs + QK_TURBO/2));
+}
+
+static __device__ __forceinline__ void dequantize_turbo4_0(const void * vx, const int64_t ib, const int iqs, float2 & v) {
+    dequantize_turbo<GGML_TYPE_TURBO4_0>(vx, ib, iqs, v);
+}
+static __device__ __forceinline__ void dequantize_turbo3_0(const void * vx, const int64_t ib, const int iqs, float2 & v) {
+    dequantize_turbo<GGML_TYPE_TURBO3_0>(vx, ib, iqs, v);
+}
+static __device__ __forceinline__ void dequantize_turbo2_0(const void * vx, const int64_t ib, const int iqs, float2 & v) {
+    dequantize_turbo<GGML_TYPE_TURBO2_0>(vx, ib, iqs, v);
+}
+
+// ---------------------------------------------------------------------------------------
+// encoder (one thread per block), bit-exact with ggml-turbo.c's turbo_encode_block_scalar
+// with search = 1: the IEEE operations below are the C code's, in the C code's order.
+
+static __device__ __forceinline__ float ggml_cuda_turbo_add(const float a, const float b) {
+    float r; asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
+static __device__ __forceinline__ float ggml_cuda_turbo_mul(const float a, const float b) {
+    float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
+static __device__ __forceinline__ float ggml_cuda_turbo_div(const float a, const float b) {
+    float r; asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
+static __device__ __forceinline__ float ggml_cuda_turbo_sqrt(const float a) {
+    float r; asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a)); return r;
+}
+static __device__ __forceinline__ bool ggml_cuda_turbo_gt(const float a, const float b) {
+    unsigned int r;
+    asm("{ .reg .pred p; setp.gt.f32 p, %1, %2; selp.u32 %0, 1, 0, p; }" : "=r"(r) : "f"(a), "f"(b));
+    return r != 0;
+}
+
+// Nearest centroid = number of decision boundaries strictly below v (binary search).
+template <ggml_type type>
+static __device__ __forceinline__ int ggml_cuda_turbo_nearest(const float v) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    int i = 0;
+#pragma unroll
+    for (int step = tt::levels/2; step >= 1; step /= 2) {
+        i += ggml_cuda_turbo_gt(v, tt::b(i + step - 1)) ? step : 0;
+    }
+    return i;
+}
+
+// The CPU's canonical order: acc[l] = sum over r ascending of a[8r + l], then
+// ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+static __device__ __forceinline__ float ggml_cuda_turbo_tree(const float (&acc)[8]) {
+    const float a0 = ggml_cuda_turbo_add(acc[0], acc[4]);
+    const float a1 = ggml_cuda_turbo_add(acc[1], acc[5]);
+    const float a2 = ggml_cuda_turbo_add(acc[2], acc[6]);
+    const float a3 = ggml_cuda_turbo_add(acc[3], acc[7]);
+    return ggml_cuda_turbo_add(ggml_cuda_turbo_add(a0, a2), ggml_cuda_turbo_add(a1, a3));
+}
+
+// Score of candidate inverse scale s: sums <x, c[idx]> and <c[idx], c[idx]>.
+template <ggml_type type>
+static __device__ __forceinline__ void ggml_cuda_turbo_candidate(const float * x, const float s, float & dot, float & den) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    float acc_dot[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+    float acc_den[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            const float xv = x[8*r + l];
+            const float c  = tt::c(ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(xv, s)));
+            acc_dot[l] = ggml_cuda_turbo_add(acc_dot[l], ggml_cuda_turbo_mul(xv, c));
+            acc_den[l] = ggml_cuda_turbo_add(acc_den[l], ggml_cuda_turbo_mul(c, c));
+        }
+    }
+    dot = ggml_cuda_turbo_tree(acc_dot);
+    den = ggml_cuda_turbo_tree(acc_den);
+}
+
+// Pack the indices of x * s (s = 0: every index is the one nearest 0) and the scale d.
+template <ggml_type type>
+static __device__ __forceinline__ void ggml_cuda_turbo_pack(const float * x, const float s, const float d,
+                                                            typename ggml_cuda_turbo_traits<type>::block * y) {
+    y->d = __float2half_rn(d);
+    int idx[QK_TURBO];
+#pragma unroll
+    for (int j = 0; j < QK_TURBO; ++j) {
+        idx[j] = ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(x[j], s));
+    }
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+#pragma unroll
+        for (int j = 0; j < QK_TURBO/2; ++j) {
+            y->qs[j] = (uint8_t) (idx[j] | (idx[j + QK_TURBO/2] << 4));
+        }
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            uint32_t w = 0;
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                w |= (uint32_t) idx[8*r + l] << (3*r);
+            }
+            y->qs[l]      = (uint8_t) (w & 0xFF);
+            y->qs[l + 8]  = (uint8_t) ((w >> 8) & 0xFF);
+            y->qs[l + 16] = (uint8_t) (w >> 16);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            y->qs[j] = (uint8_t) (idx[j] | (idx[j + 16] << 2) | (idx[j + 32] << 4) | (idx[j + 48] << 6));
+        }
+    }
+}
+
+template <ggml_type type>
+static __device__ void quantize_f32_turbo_block(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
+    float acc[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            acc[l] = ggml_cuda_turbo_add(acc[l], ggml_cuda_turbo_mul(x[8*r + l], x[8*r + l]));
+        }
+    }
+    const float n = ggml_cuda_turbo_sqrt(ggml_cuda_turbo_tree(acc));
+    if (n == 0.0f) {
+        ggml_cuda_turbo_pack<type>(x, 0.0f, 0.0f, y);
+        return;
+    }
+    const float inv = ggml_cuda_turbo_div(1.0f, n);
+    // strictly greater wins, so the first of equal scores is kept; a NaN block keeps k = -1
+    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
+    int   best_k     = -1;
+    for (int k = 0; k < GGML_TURBO_SEARCH_STEPS; ++k) {
+        float dot, den;
+        ggml_cuda_turbo_candidate<type>(x, ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[k]), dot, den);
+        const float score = ggml_cuda_turbo_div(ggml_cuda_turbo_mul(dot, dot), den);
+        if (ggml_cuda_turbo_gt(score, best_score)) {
+            best_score = score;
+            best_dot   = dot;
+            best_den   = den;
+            best_k     = k;
+        }
+    }
+    float d = ggml_cuda_turbo_div(best_dot, best_den);
+    d = d > 65504.0f ? 65504.0f : (d < -65504.0f ? -65504.0f : d);  // never +-inf in the header
+    if (best_k < 0) {
+        // the CPU leaves indices 0 and d = 0/1 = 0
+        y->d = __float2half_rn(d);
+        for (int j = 0; j < (int) sizeof(y->qs); ++j) {
+            y->qs[j] = 0;
+        }
+        return;
+    }
+    ggml_cuda_turbo_pack<type>(x, ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[best_k]), d, y);
+}
+
+static __device__ void quantize_f32_turbo4_0_block(const float * __restrict__ x, block_turbo4_0 * __restrict__ y) {
+    quantize_f32_turbo_block<GGML_TYPE_TURBO4_0>(x, y);
+}
+static __device__ void quantize_f32_turbo3_0_block(const float * __restrict__ x, block_turbo3_0 * __restrict__ y) {
+    quantize_f32_turbo_block<GGML_TYPE_TURBO3_0>(x, y);
+}
+static __device__ void quantize_f32_turbo2_0_block(const float * __restrict__ x, block_turbo2_0 * __restrict__ y) {
+    quantize_f32_turbo_block<GGML_TYPE_TURBO2_0>(x, y);
+}
+
+// The same encoder with one warp per block, for SET_ROWS (the cache write of every token):
+// lane 8g + l holds column l (elements l, l+8, ..., l+56) and scores candidate 4p + g in
+// pass p; the canonical sum's tree runs across the 8 lanes of a group with shuffles (IEEE
+// addition is commutative, so both lanes of a pair get the same sum). The first of equal
+// best scores wins, as in the CPU's sequential loop. Bit-exact with the one-thread encoder.
+
+// canonical total of acc[l] held by lanes 8g + l; every lane of the group gets it
+static __device__ __forceinline__ float ggml_cuda_turbo_tree_lanes(const float v) {
+    const float a = ggml_cuda_turbo_add(v, __shfl_xor_sync(0xFFFFFFFF, v, 4, WARP_SIZE));  // acc[l] + acc[l^4]
+    const float b = ggml_cuda_turbo_add(a, __shfl_xor_sync(0xFFFFFFFF, a, 2, WARP_SIZE));  // a0 + a2 | a1 + a3
+    return ggml_cuda_turbo_add(b, __shfl_xor_sync(0xFFFFFFFF, b, 1, WARP_SIZE));
+}
+
+template <ggml_type type>
+static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int l    = lane % 8;
+    const int g    = lane / 8;
+
+    float xc[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        xc[r] = x[8*r + l];
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        acc = ggml_cuda_turbo_add(acc, ggml_cuda_turbo_mul(xc[r], xc[r]));
+    }
+    const float n   = ggml_cuda_turbo_sqrt(ggml_cuda_turbo_tree_lanes(acc));
+    const float inv = n == 0.0f ? 0.0f : ggml_cuda_turbo_div(1.0f, n);
+
+    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
+    int   best_k     = -1;
+    if (n != 0.0f) {
+#pragma unroll
+        for (int p = 0; p < GGML_TURBO_SEARCH_STEPS/4; ++p) {
+            const int   k = 4*p + g;
+            const float s = ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[k]);
+            float acc_dot = 0.0f, acc_den = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                const float c = ggml_cuda_turbo_traits<type>::c(ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(xc[r], s)));
+                acc_dot = ggml_cuda_turbo_add(acc_dot, ggml_cuda_turbo_mul(xc[r], c));
+                acc_den = ggml_cuda_turbo_add(acc_den, ggml_cuda_turbo_mul(c, c));
+            }
+            const float dot   = ggml_cuda_turbo_tree_lanes(acc_dot);
+            const float den   = ggml_cuda_turbo_tree_lanes(acc_den);
+            const float score = ggml_cuda_turbo_div(ggml_cuda_turbo_mul(dot, dot), den);
+            if (ggml_cuda_turbo_gt(score, best_score)) {
+                best_score = score; best_dot = dot; best_den = den; best_k = k;
+            }
+        }
+        // groups g = 0..3 -> the best over all 16 candidates: higher score, or equal score and smaller k
+#pragma unroll
+        for (int off = 8; off < WARP_SIZE; off <<= 1) {
+            const float o_score = __shfl_xor_sync(0xFFFFFFFF, best_score, off, WARP_SIZE);
+            const float o_dot   = __shfl_xor_sync(0xFFFFFFFF, best_dot,   off, WARP_SIZE);
+            const float o_den   = __shfl_xor_sync(0xFFFFFFFF, best_den,   off, WARP_SIZE);
+            const int   o_k     = __shfl_xor_sync(0xFFFFFFFF, best_k,     off, WARP_SIZE);
+            const bool take = ggml_cuda_turbo_gt(o_score, best_score) ||
+                              (o_score == best_score && o_k >= 0 && (best_k < 0 || o_k < best_k));
+            if (take) {
+                best_score = o_score; best_dot = o_dot; best_den = o_den; best_k = o_k;
+            }
+        }
+    }
+
+    float d = 0.0f;
+    float s = 0.0f;  // n == 0: every index is the one nearest 0
+    if (n != 0.0f) {
+        d = ggml_cuda_turbo_div(best_dot, best_den);
+        d = d > 65504.0f ? 65504.0f : (d < -65504.0f ? -65504.0f : d);
+        s = best_k >= 0 ? ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[best_k]) : 0.0f;
+    }
+    const bool nan_block = n != 0.0f && best_k < 0;  // the CPU keeps indices 0 and d = 0/1
+    if (lane == 0) {
+        y->d = __float2half_rn(d);
+    }
+    auto index = [&](const float v) { return nan_block ? 0 : ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(v, s)); };
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        y->qs[lane] = (uint8_t) (index(x[lane]) | (index(x[lane + 32]) << 4));
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+        if (lane < 8) {
+            uint32_t w = 0;
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                w |= (uint32_t) index(xc[r]) << (3*r);
+            }
+            y->qs[l]      = (uint8_t) (w & 0xFF);
+            y->qs[l + 8]  = (uint8_t) ((w >> 8) & 0xFF);
+            y->qs[l + 16] = (uint8_t) (w >> 16);
+        }
+    } else {
+        if (lane < 16) {
+            y->qs[lane] = (uint8_t) (index(x[lane]) | (index(x[lane + 16]) << 2) | (index(x[lane + 32]) << 4) | (index(x[lane + 48]) << 6));
+        }
+    }
+}
+
+// SET_ROWS f32 -> turbo, one warp per 64-value block; the index arithmetic is set-rows.cu's
+template <typename idx_t, ggml_type type>
+static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const idx_t * __restrict__ src1,
+        char * __restrict__ dst, const int64_t ne_total,
+        const int64_t s01, const int64_t s02, const int64_t s03, const int64_t s10, const int64_t s11, const int64_t s12,
+        const int64_t s1, const int64_t s2, const int64_t s3,
+        const uint3 ne00, const uint3 ne01, const uint3 ne02, const uint3 ne11_fd, const uint3 ne12_fd) {
+    typedef typename ggml_cuda_turbo_traits<type>::block block;
+    const int64_t i = (int64_t(blockDim.x) * blockIdx.x + threadIdx.x) / WARP_SIZE;  // block of 64 values
+    if (i >= ne_total) {
+        return;  // whole warps only: blockDim.x is a multiple of WARP_SIZE
+    }
+    uint32_t tmp = (uint32_t) (i * QK_TURBO);
+    uint2 dm  = fast_div_modulo(tmp, ne00);
+    const int64_t i00 = dm.y;
+    tmp = dm.x;
+    dm = fast_div_modulo(tmp, ne01);
+    const int64_t i01 = dm.y;
+    tmp = dm.x;
+    dm = fast_div_modulo(tmp, ne02);
+    const int64_t i02 = dm.y;
+    const int64_t i03 = dm.x;
+    const int64_t i12 = fastmodulo((uint32_t) i03, ne12_fd);
+    const int64_t i11 = fastmodulo((uint32_t) i02, ne11_fd);
+
+    ggml_cuda_pdl_sync();
+    const int64_t dst_row = src1[i01*s10 + i11*s11 + i12*s12];
+    const float * src_block = src0 + i01*s01 + i02*s02 + i03*s03 + i00;
+    block * dst_block = (block *) (dst + dst_row*s1 + i02*s2 + i03*s3) + i00 / QK_TURBO;
+    quantize_f32_turbo_block_warp<type>(src_block, dst_block);
+}
+
+// Host side of SET_ROWS into a turbo tensor (called from set-rows.cu). Strides in bytes as
+// ggml gives them; src0 is f32, src1 holds the destination row of every source row.
+template <typename idx_t>
+static void ggml_cuda_turbo_set_rows(const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst, cudaStream_t stream) {
+    GGML_TENSOR_BINARY_OP_LOCALS
+    GGML_ASSERT(ne00 % QK_TURBO == 0);
+    const int64_t ne_total = ggml_nelements(src0) / QK_TURBO;
+    if (ne_total == 0) {
+        return;
+    }
+    constexpr int warps_per_cta = 4;
+    const int64_t n_cta = (ne_total + warps_per_cta - 1) / warps_per_cta;
+    GGML_ASSERT(n_cta <= INT_MAX);
+    const uint3 ne00_fd = init_fastdiv_values((uint32_t) ne00);
+    const uint3 ne01_fd = init_fastdiv_values((uint32_t) ne01);
+    const uint3 ne02_fd = init_fastdiv_values((uint32_t) ne02);
+    const uint3 ne11_fd = init_fastdiv_values((uint32_t) ne11);
+    const uint3 ne12_fd = init_fastdiv_values((uint32_t) ne12);
+    const float * src0_d = (const float *) src0->data;
+    const idx_t * src1_d = (const idx_t *) src1->data;
+    const int64_t s01 = nb01/sizeof(float), s02 = nb02/sizeof(float), s03 = nb03/sizeof(float);
+    const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
+#define TURBO_SET_ROWS_LAUNCH(T) \
+    k_set_rows_turbo<idx_t, T><<<(int) n_cta, warps_per_cta*WARP_SIZE, 0, stream>>>(src0_d, src1_d, (char *) dst->data, ne_total, \
+        s01, s02, s03, s10, s11, s12, nb1, nb2, nb3, ne00_fd, ne01_fd, ne02_fd, ne11_fd, ne12_fd)
+    switch (dst->type) {
+        case GGML_TYPE_TURBO4_0: TURBO_SET_ROWS_LAUNCH(GGML_TYPE_TURBO4_0); break;
+        case GGML_TYPE_TURBO3_0: TURBO_SET_ROWS_LAUNCH(GGML_TYPE_TURBO3_0); break;
+        case GGML_TYPE_TURBO2_0: TURBO_SET_ROWS_LAUNCH(GGML_TYPE_TURBO2_0); break;
+        default: GGML_ABORT("%s: not a turbo type: %s", __func__, ggml_type_name(dst->type));
+    }
+#undef TURBO_SET_ROWS_LAUNCH
+    GGML_UNUSED(ne03); GGML_UNUSED(ne10); GGML_UNUSED(ne13);
+}
+
+// cpy_kernel_t for CPY f32 -> turbo
+template <ggml_type type>
+static __device__ void cpy_blck_f32_turbo(const char * cxi, char * cdsti) {
+    quantize_f32_turbo_block<type>((const float *) cxi, (typename ggml_cuda_turbo_traits<type>::block *) cdsti);
+}
+
+// ---------------------------------------------------------------------------------------
+// flash attention, vector kernel (fattn-vec.cuh)
+//
+// K.Q: Q stays in float (the kernel's f16-K layout, nthreads threads per K row, each holding
+// 2*cpy_ne consecutive Q values per step); each thread decodes those elements of K and
+// multiplies by d once per block.
+
+template <ggml_type type_K, int D, int nthreads>
+static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
+    const char * __restrict__ K_c, const void * __restrict__ Q_v, const int * __restrict__ Q_q8, const void * __restrict__ Q_ds_v) {
+    typedef ggml_cuda_turbo_traits<type_K> tt;
+    GGML_UNUSED(Q_q8);
+    GGML_UNUSED(Q_ds_v);
+
+    constexpr int cpy_nb = ggml_cuda_get_max_cpy_bytes();
+    constexpr int cpy_ne = cpy_nb / 4;
+    constexpr int ne_thr = 2*cpy_ne;  // consecutive elements per thread and step (4 or 8)
+
+    const typename tt::block * K = (const typename tt::block *) K_c;
+    float sum = 0.0f;
+
+#pragma unroll
+    for (int k_KQ_0 = 0; k_KQ_0 < D/2; k_KQ_0 += nthreads*cpy_ne) {
+        const int e0 = 2*(k_KQ_0 + (threadIdx.x % nthreads)*cpy_ne);  // first element of the row
+        const typename tt::block * b = K + e0 / QK_TURBO;
+        int idx[ne_thr];
+        ggml_cuda_turbo_indices<type_K, ne_thr>(b, e0 % QK_TURBO, idx);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < cpy_ne; ++k) {
+#ifdef V_DOT2_F32_F16_AVAILABLE
+            const float2 q = __half22float2(((const half2 *) Q_v)[k_KQ_0/nthreads + k]);
+#else
+            const float2 q = ((const float2 *) Q_v)[k_KQ_0/nthreads + k];
+#endif // V_DOT2_F32_F16_AVAILABLE
+            s += tt::c(idx[2*k + 0]) * q.x;
+            s += tt::c(idx[2*k + 1]) * q.y;
+        }
+        sum += __half2float(b->d) * s;
+    }
+    return sum;
+}
+
+// V: ne consecutive values starting at element i0 of the row (i0 % ne == 0).
+template <ggml_type type_V, typename T, int ne>
+static __device__ __forceinline__ void dequantize_V_turbo(const void * __restrict__ vx, void * __restrict__ dst, const int64_t i0) {
+    typedef ggml_cuda_turbo_traits<type_V> tt;
+    const typename tt::block * b = (const typename tt::block *) vx + i0 / QK_TURBO;
+    int idx[ne];
+    ggml_cuda_turbo_indices<type_V, ne>(b, (int) (i0 % QK_TURBO), idx);
+    const float d = __half2float(b->d);
+#ifdef FP16_AVAILABLE
+    if constexpr (std::is_same_v<T, half>) {
+#pragma unroll
+        for (int l0 = 0; l0 < ne; l0 += 2) {
+            ((half2 *) dst)[l0/2] = make_half2(d * tt::c(idx[l0 + 0]), d * tt::c(idx[l0 + 1]));
+        }
+    } else
+#endif // FP16_AVAILABLE
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+        for (int l = 0; l < ne; ++l) {
+            ((float *) dst)[l] = d * tt::c(idx[l]);
+        }
+    } else {
+        static_assert(std::is_same_v<T, void>, "bad type");
+    }
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# GPU machine (one H200, no internet): the CUDA checks of the turbo KV caches, in steps that
+# fit the device tool's calls. Everything lives in /tmp/tqc there; logs go to $OUT (or ./out).
+#
+#   scripts/device_cuda_pack.sh            (here) .device/cuda/tree.tar.xz + model pieces
+#   scripts/device_cuda.sh stage           unpack, start the CUDA build in the background
+#   scripts/device_cuda.sh parts           copy carried model pieces (.device/cuda/parts/*)
+#   scripts/device_cuda.sh check           wait for the build; test-backend-ops (turbo cases of
+#                                          SET_ROWS, GET_ROWS, CPY, FLASH_ATTN_EXT) and the
+#                                          codec check (CUDA bytes == CPU bytes on 1M blocks)
+#   scripts/device_cuda.sh ppl MODEL.gguf  PPL + KLD, CUDA (-ngl 99) and the same binary's CPU
+#   scripts/device_cuda.sh gen MODEL.gguf  greedy 64 tokens, 8 prompts, CUDA vs CPU per K/V pair
+#   scripts/device_cuda.sh bench MODEL.gguf  llama-bench tg/pp at depths, FA micro-benchmark
+set -euo pipefail
+W=/tmp/tqc
+OUT=${OUT:-$PWD/out}
+mkdir -p "$W/parts" "$OUT"
+BIN=$W/build/bin
+
+case "${1:-}" in
+stage)
+    tar -xJf .device/cuda/tree.tar.xz -C "$W"
+    nproc > "$OUT/nproc.txt"; nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true; nvcc --version > "$OUT/nvcc.txt" 2>&1 || true
+    nohup bash -c "cmake -S $W/llama.cpp -B $W/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
+        && cmake --build $W/build -j \$(nproc) --target test-backend-ops llama-perplexity llama-bench llama-batched-bench llama-completion \
+        && g++ -O2 -std=c++17 scripts/cuda/turbo_codec_check.cpp -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN \
+               -lggml -lggml-base -lggml-cpu -lggml-cuda -o $BIN/turbo-codec-check \
+        && touch $W/built || touch $W/failed" > "$W/build.log" 2>&1 &
+    echo "build started"
+    ;&
+parts)
+    if [ -d .device/cuda/parts ]; then cp -n .device/cuda/parts/* "$W/parts/" 2>/dev/null || true; fi
+    ls -la "$W/parts"
+    # reassemble split files NAME.partNN -> NAME once every piece is there (NAME.nparts says how many)
+    for n in "$W"/parts/*.nparts; do
+        [ -e "$n" ] || continue
+        base=${n%.nparts}; want=$(cat "$n"); have=$(ls "$base".part* 2>/dev/null | wc -l)
+        if [ "$have" = "$want" ] && [ ! -e "$base" ]; then cat "$base".part* > "$base" && rm "$base".part* && echo "assembled $base"; fi
+    done
+    ;;
+check)
+    while [ ! -e $W/built ] && [ ! -e $W/failed ]; do sleep 5; done
+    tail -5 $W/build.log
+    [ -e $W/failed ] && { tail -60 $W/build.log > "$OUT/build-fail.log"; exit 1; }
+    grep -c "Building CUDA" $W/build.log > "$OUT/n_cuda_units.txt" || true
+    $BIN/turbo-codec-check 1048576 2>&1 | tee "$OUT/codec-check.txt"
+    timeout 500 $BIN/test-backend-ops -b CUDA0 -o SET_ROWS,GET_ROWS,CPY,FLASH_ATTN_EXT -p 'turbo' -j 8 > "$OUT/test-backend-ops.txt" 2>&1 || true
+    for op in SET_ROWS GET_ROWS CPY FLASH_ATTN_EXT; do
+        printf '%-16s OK %5d  FAIL %4d  not supported %4d\n' $op \
+            "$(grep -c "^  $op(.*OK" "$OUT/test-backend-ops.txt")" \
+            "$(grep -c "^  $op(.*FAIL" "$OUT/test-backend-ops.txt")" \
+            "$(grep -c "^  $op(.*not supported" "$OUT/test-backend-ops.txt")"
+    done | tee "$OUT/test-backend-ops-summary.txt"
+    tail -3 "$OUT/test-backend-ops.txt"
+    ;;
+ppl)
+    M=$2; TXT=$W/parts/wiki.test.raw; tag=$(basename "$M" .gguf)
+    run() { # name ngl ctk ctv [extra...]
+        local name=$1 ngl=$2 ctk=$3 ctv=$4; shift 4
+        $BIN/llama-perplexity -m "$M" -f "$TXT" -c 512 --chunks 20 -b 512 -ngl "$ngl" -fa on -ctk "$ctk" -ctv "$ctv" \
+            --kl-divergence-base "$W/$tag-ngl$ngl.kld" --kl-divergence "$@" > "$OUT/$tag-$name.log" 2>&1 || echo "FAILED $name"
+        printf '%-28s %s | %s | %s\n' "$name" "$(grep -o 'Mean PPL(Q)[^\n]*' "$OUT/$tag-$name.log" | head -1)" \
+            "$(grep -o 'Mean    KLD:[^\n]*' "$OUT/$tag-$name.log" | head -1)" "$(grep -o 'Same top p:[^\n]*' "$OUT/$tag-$name.log" | head -1)"
+    }
+    for ngl in 99 0; do
+        # the CPU figures come from the same binary with no GPU visible (no op offload either)
+        if [ $ngl = 0 ]; then export CUDA_VISIBLE_DEVICES=; fi
+        $BIN/llama-perplexity -m "$M" -f "$TXT" -c 512 --chunks 20 -b 512 -ngl $ngl -fa on \
+            --kl-divergence-base "$W/$tag-ngl$ngl.kld" > "$OUT/$tag-f16-ngl$ngl.log" 2>&1 || echo "FAILED base $ngl"
+        printf '%-28s %s\n' "f16/f16 ngl$ngl" "$(grep -o 'Final estimate: PPL = [^\n]*' "$OUT/$tag-f16-ngl$ngl.log")"
+        for kv in q8_0/q8_0 q8_0/turbo4 turbo4/turbo4 turbo3/turbo3 turbo4/f16 f16/turbo4 q8_0/turbo2; do
+            run "${kv/\//-}-ngl$ngl" $ngl "${kv%/*}" "${kv#*/}"
+        done
+    done | tee "$OUT/$tag-ppl-summary.txt"
+    ;;
+gen)
+    # greedy 64 tokens from 8 prompts, CUDA vs the same binary's CPU, per K/V pair; the
+    # texts are compared token by token here (scripts/cuda/compare_gen.py)
+    M=$2; tag=$(basename "$M" .gguf); mkdir -p "$OUT/gen-$tag"
+    prompts=("The capital of France is" "Once upon a time, in a small village," "def fibonacci(n):"
+             "The three laws of thermodynamics are" "Water boils at" "In 1969, the first person to walk on the Moon"
+             "A good recipe for pancakes needs" "The quick brown fox")
+    for kv in f16/f16 f16/turbo4 turbo4/f16 turbo4/turbo4 q8_0/turbo4; do
+        for ngl in 99 0; do
+            for i in "${!prompts[@]}"; do
+                f="$OUT/gen-$tag/${kv/\//-}-ngl$ngl-p$i.txt"
+                if [ $ngl = 0 ]; then vis=""; else vis=0; fi
+                CUDA_VISIBLE_DEVICES=$vis $BIN/llama-completion -m "$M" -p "${prompts[$i]}" -n 64 --temp 0 -s 1 -ngl $ngl -fa on \
+                    -ctk "${kv%/*}" -ctv "${kv#*/}" -no-cnv --no-display-prompt -c 256 > "$f" 2> /dev/null < /dev/null || echo "FAILED $kv $ngl $i"
+            done
+        done
+    done
+    # context shift (llama.cpp's K-shift: dequantize, RoPE, requantize) with a turbo4 K cache:
+    # 200 tokens through a 128-token context, CUDA vs CPU, f16 K as the yardstick
+    for kv in f16/f16 turbo4/turbo4 turbo4/f16; do
+        for ngl in 99 0; do
+            if [ $ngl = 0 ]; then vis=""; else vis=0; fi
+            CUDA_VISIBLE_DEVICES=$vis $BIN/llama-completion -m "$M" -p "${prompts[1]}" -n 200 --temp 0 -s 1 -ngl $ngl -fa on \
+                -ctk "${kv%/*}" -ctv "${kv#*/}" -no-cnv --no-display-prompt -c 128 --context-shift \
+                > "$OUT/gen-$tag/shift-${kv/\//-}-ngl$ngl.txt" 2> "$OUT/gen-$tag/shift-${kv/\//-}-ngl$ngl.err" < /dev/null || echo "FAILED shift $kv $ngl"
+        done
+    done
+    ls "$OUT/gen-$tag" | wc -l
+    ;;
+bench)
+    M=$2
+    $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk f16,q8_0,q4_0,turbo4,turbo3 -ctv f16,q8_0,q4_0,turbo4,turbo3 -p 512 -n 128 -d 0,8192 -r 2 -o md \
+        > "$OUT/bench.md" 2> "$OUT/bench.err" || true
+    cat "$OUT/bench.md"
+    $BIN/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p 'hsk=(64|128),.*kv=(7680|32768|8192)' > "$OUT/fa-perf.txt" 2>&1 || true
+    grep -E "FLASH_ATTN_EXT.*(7680|32768|8192)" "$OUT/fa-perf.txt" | head -40
+    ;;
+*)
+    sed -n 2,14p "$0"; exit 2 ;;
+esac
