@@ -3,7 +3,7 @@
 # fit the device tool's calls. Everything lives in /tmp/tqc there; logs go to $OUT (or ./out).
 #
 #   scripts/device_cuda_pack.sh            (here) .device/cuda/tree.tar.xz + model pieces
-#   scripts/device_cuda.sh stage           unpack, start the CUDA build in the background
+#   scripts/device_cuda.sh stage           unpack and build (about 6 minutes on 16 cores)
 #   scripts/device_cuda.sh parts           copy carried model pieces (.device/cuda/parts/*)
 #   scripts/device_cuda.sh check           wait for the build; test-backend-ops (turbo cases of
 #                                          SET_ROWS, GET_ROWS, CPY, FLASH_ATTN_EXT) and the
@@ -21,15 +21,16 @@ case "${1:-}" in
 stage)
     tar -xJf .device/cuda/tree.tar.xz -C "$W"
     nproc > "$OUT/nproc.txt"; nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true; nvcc --version > "$OUT/nvcc.txt" 2>&1 || true
-    nohup bash -c "cmake -S $W/llama.cpp -B $W/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    # in the foreground: the device tool ends a call's background processes with the call
+    bash -c "cmake -S $W/llama.cpp -B $W/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
         && cmake --build $W/build -j \$(nproc) --target test-backend-ops llama-perplexity llama-bench llama-batched-bench llama-completion \
         && g++ -O2 -std=c++17 scripts/cuda/turbo_codec_check.cpp -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN \
                -lggml -lggml-base -lggml-cpu -lggml-cuda -o $BIN/turbo-codec-check \
-        && touch $W/built || touch $W/failed" > "$W/build.log" 2>&1 &
-    echo "build started"
+        && touch $W/built || touch $W/failed" > "$W/build.log" 2>&1
+    tail -3 "$W/build.log"
     ;&
 parts)
     if [ -d .device/cuda/parts ]; then cp -n .device/cuda/parts/* "$W/parts/" 2>/dev/null || true; fi
@@ -46,7 +47,8 @@ check)
     tail -5 $W/build.log
     [ -e $W/failed ] && { tail -60 $W/build.log > "$OUT/build-fail.log"; exit 1; }
     grep -c "Building CUDA" $W/build.log > "$OUT/n_cuda_units.txt" || true
-    $BIN/turbo-codec-check 1048576 2>&1 | tee "$OUT/codec-check.txt"
+    g++ -O2 -std=c++17 scripts/cuda/turbo_codec_check.cpp -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN -lggml -lggml-base -lggml-cpu -lggml-cuda -o $BIN/turbo-codec-check
+    $BIN/turbo-codec-check 1048576 > "$OUT/codec-check.txt" 2>&1 || true; cat "$OUT/codec-check.txt"
     timeout 500 $BIN/test-backend-ops -b CUDA0 -o SET_ROWS,GET_ROWS,CPY,FLASH_ATTN_EXT -p 'turbo' -j 8 > "$OUT/test-backend-ops.txt" 2>&1 || true
     for op in SET_ROWS GET_ROWS CPY FLASH_ATTN_EXT; do
         printf '%-16s OK %5d  FAIL %4d  not supported %4d\n' $op \
@@ -107,7 +109,7 @@ gen)
     ;;
 bench)
     M=$2
-    $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk f16,q8_0,q4_0,turbo4,turbo3 -ctv f16,q8_0,q4_0,turbo4,turbo3 -p 512 -n 128 -d 0,8192 -r 2 -o md \
+    $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk f16,q8_0,turbo4,turbo3 -ctv f16,q8_0,turbo4,turbo3 -p 512 -n 128 -d 0,8192,32768 -r 2 -o md \
         > "$OUT/bench.md" 2> "$OUT/bench.err" || true
     cat "$OUT/bench.md"
     $BIN/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p 'hsk=(64|128),.*kv=(7680|32768|8192)' > "$OUT/fa-perf.txt" 2>&1 || true

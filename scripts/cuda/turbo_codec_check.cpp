@@ -61,7 +61,7 @@ static int check_type(ggml_backend_t cuda, ggml_type type, int64_t n_blocks) {
     ggml_quantize_chunk(type, x.data(), cpu_q.data(), 0, n_blocks, 64, nullptr);
 
     // CUDA: SET_ROWS (cache write) of every row, and GET_ROWS of the CPU's bytes
-    ggml_init_params ip = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_init_params ip = { 16 * ggml_tensor_overhead() + 2 * ggml_graph_overhead() + 4096, nullptr, true };
     ggml_context * ctx = ggml_init(ip);
     ggml_tensor * src  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, n_blocks);
     ggml_tensor * idx  = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_blocks);
