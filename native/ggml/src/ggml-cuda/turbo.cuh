@@ -483,6 +483,38 @@ static __device__ void cpy_blck_f32_turbo(const char * cxi, char * cdsti) {
 // ---------------------------------------------------------------------------------------
 // flash attention, vector kernel (fattn-vec.cuh)
 //
+// Centroid pair tables in shared memory: entry i0 | i1 << bits holds (c[i0], c[i1]), so two
+// neighbouring elements cost one 8-byte shared load instead of two table reads from global
+// memory (levels^2 entries: 256 for turbo4, 64 for turbo3, 16 for turbo2). The vector kernel
+// fills them once at its start (ggml_cuda_turbo_fattn_init, then __syncthreads); the K.Q
+// and V functions below read them, so they must only run inside that kernel.
+static __shared__ float2 ggml_cuda_turbo_lut_K[256];
+static __shared__ float2 ggml_cuda_turbo_lut_V[256];
+
+template <ggml_type type>
+static __device__ __forceinline__ void ggml_cuda_turbo_lut_fill(float2 * lut) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    const int tid = threadIdx.y*blockDim.x + threadIdx.x;
+    for (int i = tid; i < tt::levels*tt::levels; i += blockDim.x*blockDim.y) {
+        lut[i] = make_float2(tt::c(i % tt::levels), tt::c(i / tt::levels));
+    }
+}
+
+template <ggml_type type_K, ggml_type type_V>
+static __device__ __forceinline__ void ggml_cuda_turbo_fattn_init() {
+    if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+        ggml_cuda_turbo_lut_fill<type_K>(ggml_cuda_turbo_lut_K);
+    }
+    if constexpr (ggml_cuda_type_is_turbo(type_V)) {
+        ggml_cuda_turbo_lut_fill<type_V>(ggml_cuda_turbo_lut_V);
+    }
+}
+
+template <ggml_type type>
+static constexpr __device__ int ggml_cuda_turbo_bits() {
+    return type == GGML_TYPE_TURBO4_0 ? 4 : (type == GGML_TYPE_TURBO3_0 ? 3 : 2);
+}
+//
 // K.Q: Q stays in float (the kernel's f16-K layout, nthreads threads per K row, each holding
 // 2*cpy_ne consecutive Q values per step); each thread decodes those elements of K and
 // multiplies by d once per block.
@@ -515,8 +547,9 @@ static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
 #else
             const float2 q = ((const float2 *) Q_v)[k_KQ_0/nthreads + k];
 #endif // V_DOT2_F32_F16_AVAILABLE
-            s += tt::c(idx[2*k + 0]) * q.x;
-            s += tt::c(idx[2*k + 1]) * q.y;
+            const float2 c = ggml_cuda_turbo_lut_K[idx[2*k] | (idx[2*k + 1] << ggml_cuda_turbo_bits<type_K>())];
+            s += c.x * q.x;
+            s += c.y * q.y;
         }
         sum += __half2float(b->d) * s;
     }
@@ -535,14 +568,17 @@ static __device__ __forceinline__ void dequantize_V_turbo(const void * __restric
     if constexpr (std::is_same_v<T, half>) {
 #pragma unroll
         for (int l0 = 0; l0 < ne; l0 += 2) {
-            ((half2 *) dst)[l0/2] = make_half2(d * tt::c(idx[l0 + 0]), d * tt::c(idx[l0 + 1]));
+            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_bits<type_V>())];
+            ((half2 *) dst)[l0/2] = make_half2(d * c.x, d * c.y);
         }
     } else
 #endif // FP16_AVAILABLE
     if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-        for (int l = 0; l < ne; ++l) {
-            ((float *) dst)[l] = d * tt::c(idx[l]);
+        for (int l0 = 0; l0 < ne; l0 += 2) {
+            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_bits<type_V>())];
+            ((float *) dst)[l0 + 0] = d * c.x;
+            ((float *) dst)[l0 + 1] = d * c.y;
         }
     } else {
         static_assert(std::is_same_v<T, void>, "bad type");

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU machine with no internet: install tqgguf from carried wheels, build and install the
+# CUDA engine with `tqgguf build --backend cuda` from the carried sdist, and use it as a user
+# would (info, ppl -ngl 99, serve -ngl 99 answering the OpenAI and Ollama routes).
+# Carried pieces (see the closing note of the CUDA issue for the split):
+#   .device/w*/wheels/*.whl   tqgguf's dependencies missing from the machine's image
+#   .device/w*/*.partNN       the pinned sdist and SmolLM2 in pieces; wiki.test.raw
+#   scripts/device_cuda_wheel.sh parts      copy pieces to /tmp/tqw (every call)
+#   scripts/device_cuda_wheel.sh build      install tqgguf, assemble, tqgguf build --backend cuda
+#   scripts/device_cuda_wheel.sh use        tqgguf info / ppl / serve on the GPU
+set -euo pipefail
+W=/tmp/tqw
+OUT=${OUT:-$PWD/out}
+mkdir -p "$W/parts" "$OUT"
+export TQGGUF_CACHE=$W/cache
+case "${1:-}" in
+parts)
+    for d in .device/w*/; do [ -d "$d" ] && cp -rn "$d"* "$W/parts/" 2>/dev/null || true; done
+    ls "$W/parts" | tr '\n' ' '; echo
+    ;;
+build)
+    "$0" parts
+    cat "$W"/parts/sdist.tar.gz.part* > "$W/llama_cpp_python-0.3.36.tar.gz"
+    cat "$W"/parts/smol.gguf.part* > "$W/SmolLM2-135M-Instruct.Q4_1.gguf"
+    python3 -m pip install -q --no-index --find-links "$W/parts/wheels" --no-build-isolation -e . 2>&1 | grep -v -i warning | tail -3 || true
+    S=$(date +%s)
+    TQGGUF_SDIST=$W/llama_cpp_python-0.3.36.tar.gz tqgguf build --backend cuda --cuda-arch 90 2>&1 | tail -5
+    echo "tqgguf build --backend cuda: $(( $(date +%s) - S )) s" | tee "$OUT/build-time.txt"
+    ;;
+use)
+    M=$W/SmolLM2-135M-Instruct.Q4_1.gguf
+    tqgguf info 2>&1 | tee "$OUT/info.txt" | head -40
+    for kv in "q8_0 turbo4" "turbo4 turbo4"; do
+        set -- $kv
+        tqgguf ppl "$M" -f "$W/parts/wiki.test.raw" -c 512 --chunks 20 -ngl 99 --ctk "$1" --ctv "$2" \
+            --json "$OUT/ppl-$1-$2.json" > "$OUT/ppl-$1-$2.txt" 2>&1 || echo "ppl $1/$2 FAILED"
+        tail -3 "$OUT/ppl-$1-$2.txt"
+    done
+    tqgguf serve "$M" -ngl 99 --ctk q8_0 --ctv turbo4 -c 2048 --port 18080 > "$OUT/serve.log" 2>&1 &
+    for i in $(seq 60); do curl -sf localhost:18080/api/version >/dev/null && break; sleep 1; done
+    head -12 "$OUT/serve.log"
+    curl -s localhost:18080/v1/chat/completions -H 'content-type: application/json' \
+        -d '{"model":"m","messages":[{"role":"user","content":"Name three colours."}],"max_tokens":24,"temperature":0}' | tee "$OUT/openai.json"; echo
+    curl -s localhost:18080/api/chat -d '{"model":"m","messages":[{"role":"user","content":"Say hi."}],"stream":false,"options":{"num_predict":16,"temperature":0}}' | tee "$OUT/ollama-chat.json"; echo
+    curl -s localhost:18080/api/generate -d '{"model":"m","prompt":"The capital of France is","stream":false,"options":{"num_predict":8,"temperature":0}}' | tee "$OUT/ollama-generate.json"; echo
+    curl -s localhost:18080/api/ps | tee "$OUT/ollama-ps.json"; echo
+    kill %1 2>/dev/null || true
+    # bad input on the GPU: a pair and a head dim the engine must refuse, -fa off with a quantized V
+    tqgguf ppl "$M" -f "$W/parts/wiki.test.raw" --chunks 1 -ngl 99 --ctv turbo4 -fa off > "$OUT/bad-fa-off.txt" 2>&1; echo "-fa off + turbo4 V: exit $?"; tail -2 "$OUT/bad-fa-off.txt"
+    ;;
+*)
+    sed -n 2,13p "$0"; exit 2 ;;
+esac
