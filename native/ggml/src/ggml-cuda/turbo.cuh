@@ -88,18 +88,20 @@ static __device__ __forceinline__ void ggml_cuda_turbo_indices(const void * vb, 
             idx[k] = (q[k] >> shift) & 15;
         }
     } else if constexpr (type == GGML_TYPE_TURBO3_0) {
-        // element j = 8r + l: bits 3r..3r+2 of w_l = qs[l] | qs[l+8] << 8 | qs[l+16] << 16
+        // element j = 8r + l: bits 3r..3r+2 of w_l = qs[l] | qs[l+8] << 8 | qs[l+16] << 16; those
+        // bits lie in byte row 3r/8 and at most the next one, so two rows are read, not three
         const block_turbo3_0 * x = (const block_turbo3_0 *) vb;
         const int l0 = o % 8;
         const int r  = o / 8;
-        uint8_t q0[n], q1[n], q2[n];
-        ggml_cuda_turbo_load<n>(x->qs +  0 + l0, q0);
-        ggml_cuda_turbo_load<n>(x->qs +  8 + l0, q1);
-        ggml_cuda_turbo_load<n>(x->qs + 16 + l0, q2);
+        const int b0 = (3*r) / 8;
+        const int b1 = (3*r + 2) / 8;
+        const int sh = 3*r - 8*b0;
+        uint8_t q0[n], q1[n];
+        ggml_cuda_turbo_load<n>(x->qs + 8*b0 + l0, q0);
+        ggml_cuda_turbo_load<n>(x->qs + 8*b1 + l0, q1);
 #pragma unroll
         for (int k = 0; k < n; ++k) {
-            const uint32_t w = (uint32_t) q0[k] | ((uint32_t) q1[k] << 8) | ((uint32_t) q2[k] << 16);
-            idx[k] = (int) ((w >> (3*r)) & 7);
+            idx[k] = (int) ((((uint32_t) q0[k] | ((uint32_t) q1[k] << 8)) >> sh) & 7);
         }
     } else if constexpr (type == GGML_TYPE_TURBO2_0) {
         const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
