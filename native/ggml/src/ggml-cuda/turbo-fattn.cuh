@@ -2,25 +2,13 @@
 //
 // Included at the end of fattn-vec.cuh. The pairs are every K/V combination of
 // {f16, bf16, q8_0, q4_0, turbo4, turbo3, turbo2} with at least one turbo side, for head
-// dims 64, 128 and 256; turbo.cmake compiles one translation unit per pair (always, not
-// subject to GGML_CUDA_FA_QUANTS), and fattn.cu's vector-case table picks them up through
-// GGML_CUDA_TURBO_FATTN_VEC_CASES. Other pairs (q4_1, q5_0, q5_1 with turbo) take
-// upstream's documented path: K and V converted to f16, with a warning in the log.
-// Keep this list and turbo.cmake's in step.
+// dims 64, 128 and 256 (the list: turbo-pairs.h); turbo.cmake compiles one translation unit
+// per pair (always, not subject to GGML_CUDA_FA_QUANTS), and fattn.cu's vector-case table
+// picks them up through GGML_CUDA_TURBO_FATTN_VEC_CASES. Other pairs (q4_1, q5_0, q5_1 with
+// turbo) take upstream's documented path: K and V converted to f16, with a warning in the log.
 #pragma once
 
-#define GGML_CUDA_TURBO_FA_PAIRS(X)                                                        \
-    X(TURBO4_0, TURBO4_0) X(TURBO4_0, TURBO3_0) X(TURBO4_0, TURBO2_0)                        \
-    X(TURBO3_0, TURBO4_0) X(TURBO3_0, TURBO3_0) X(TURBO3_0, TURBO2_0)                        \
-    X(TURBO2_0, TURBO4_0) X(TURBO2_0, TURBO3_0) X(TURBO2_0, TURBO2_0)                        \
-    X(F16,  TURBO4_0) X(F16,  TURBO3_0) X(F16,  TURBO2_0)                                    \
-    X(BF16, TURBO4_0) X(BF16, TURBO3_0) X(BF16, TURBO2_0)                                    \
-    X(Q8_0, TURBO4_0) X(Q8_0, TURBO3_0) X(Q8_0, TURBO2_0)                                    \
-    X(Q4_0, TURBO4_0) X(Q4_0, TURBO3_0) X(Q4_0, TURBO2_0)                                    \
-    X(TURBO4_0, F16)  X(TURBO3_0, F16)  X(TURBO2_0, F16)                                     \
-    X(TURBO4_0, BF16) X(TURBO3_0, BF16) X(TURBO2_0, BF16)                                    \
-    X(TURBO4_0, Q8_0) X(TURBO3_0, Q8_0) X(TURBO2_0, Q8_0)                                    \
-    X(TURBO4_0, Q4_0) X(TURBO3_0, Q4_0) X(TURBO2_0, Q4_0)
+#include "turbo-pairs.h"
 
 #define GGML_CUDA_TURBO_EXTERN_DECL(K, V)                             \
     extern DECL_FATTN_VEC_CASE( 64, GGML_TYPE_##K, GGML_TYPE_##V);    \
