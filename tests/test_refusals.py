@@ -22,8 +22,6 @@ from tqgguf.cachetypes import KV_CACHE_TYPES, UNQUANTIZED, ggml_type_id, is_quan
 from .kvfuzz import run_jobs
 from .synthetic import tiny_llama_gguf
 
-pytestmark = pytest.mark.engine
-
 HEAD_DIMS = (32, 64, 72, 80, 96, 100, 128, 192, 256, 576)
 GQA = (1, 3, 7)
 QUANTIZED = tuple(t for t in KV_CACHE_TYPES if t not in UNQUANTIZED)
@@ -67,6 +65,7 @@ def _check(jobs, results):
     return problems
 
 
+@pytest.mark.engine
 def test_fuzz_head_dims_gqa_every_cache_type_fa_and_rotation_run_finite_or_are_refused(models):
     """Head dims 32..576 x GQA 1/3/7 x every K type x every V type (the quantized ones and
     f16) x flash attention on/off/auto x rotation on/off: no signal, no NaN, and each
@@ -95,6 +94,7 @@ def test_fuzz_head_dims_gqa_every_cache_type_fa_and_rotation_run_finite_or_are_r
 
 @pytest.mark.parametrize("hd,k,fa", [(96, "turbo4", "off"), (80, "q8_0", "off"), (72, "turbo4", "off"),
                                      (100, "q8_0", "auto"), (80, "turbo3", "on")])
+@pytest.mark.engine
 def test_head_dim_not_a_multiple_of_the_block_size_is_refused_with_type_block_and_head_dim(models, hd, k, fa):
     [res] = run_jobs("ctx", _jobs(models, [(hd, 1, k, "f16", fa, True)]))
     assert res["status"] == "refused", res
@@ -102,6 +102,7 @@ def test_head_dim_not_a_multiple_of_the_block_size_is_refused_with_type_block_an
     assert f"K cache type {k} with block size {blk} does not fit this model: n_embd_head_k = {hd}" in res["msg"]
 
 
+@pytest.mark.engine
 def test_head_dims_that_are_whole_blocks_run_with_finite_logits_with_flash_attention_off(models):
     jobs = _jobs(models, [(96, 3, "q8_0", "f16", "off", True), (192, 7, "turbo4", "f16", "off", True),
                           (576, 7, "turbo3", "f16", "off", False), (64, 1, "turbo2", "f16", "off", True)])
@@ -112,6 +113,7 @@ def test_head_dims_that_are_whole_blocks_run_with_finite_logits_with_flash_atten
 # type ids through the raw llama_cpp.Llama
 
 
+@pytest.mark.engine
 def test_type_ids_minus_1_to_300_bools_and_names_through_raw_llama_never_signal(tmp_path):
     model = str(tiny_llama_gguf(tmp_path / "hd64.gguf", head_dim=64, n_head=2))
     allowed = {ggml_type_id(t): t for t in KV_CACHE_TYPES}
@@ -168,6 +170,7 @@ def _effective(setting, hd=64):
             "K centering (LLAMA_K_CENTER)": kc}
 
 
+@pytest.mark.engine
 def test_state_save_load_matrix_restores_exactly_or_refuses_by_name(tmp_path):
     """Cache types x rotation x K centering (40 settings, 1600 restores): a state restores
     into a context whose effective settings are the same (bit-exact next logits), and any
@@ -224,6 +227,7 @@ def test_state_save_load_matrix_restores_exactly_or_refuses_by_name(tmp_path):
     assert n_exact >= len(settings) + 2 * 4  # same settings, plus f16/f16 with rotation on == off
 
 
+@pytest.mark.engine
 def test_state_saved_with_rotation_on_is_refused_by_a_rotation_off_context_naming_it(tmp_path):
     from tqgguf.runtime import open_model
 
@@ -241,6 +245,7 @@ def test_state_saved_with_rotation_on_is_refused_by_a_rotation_off_context_namin
         b.close()
 
 
+@pytest.mark.engine
 def test_state_without_a_signature_is_refused_not_misread(tmp_path):
     """A state from a build without signatures (upstream layout: n_stream first) is refused."""
     from tqgguf.runtime import open_model
@@ -290,11 +295,13 @@ def _rot_flags(model, value):
 
 @pytest.mark.parametrize("value,rot", [("1", "0"), ("true", "0"), ("YES", "0"), ("on", "0"), (" 0 ", "1"),
                                        ("false", "1"), ("no", "1"), ("off", "1"), ("", "1")])
+@pytest.mark.engine
 def test_engine_reads_llama_attn_rot_disable_as_a_boolean(tmp_path, value, rot):
     model = tiny_llama_gguf(tmp_path / "hd64.gguf", head_dim=64, n_head=2)
     assert _rot_flags(model, value) == rot
 
 
+@pytest.mark.engine
 def test_engine_refuses_an_unreadable_llama_attn_rot_disable(tmp_path):
     model = tiny_llama_gguf(tmp_path / "hd64.gguf", head_dim=64, n_head=2)
     with pytest.raises(ValueError, match=r"LLAMA_ATTN_ROT_DISABLE='maybe' is not a boolean; allowed: 1/0, "
@@ -302,6 +309,7 @@ def test_engine_refuses_an_unreadable_llama_attn_rot_disable(tmp_path):
         _rot_flags(model, "maybe")
 
 
+@pytest.mark.engine
 def test_open_model_reports_a_user_set_engine_variable_it_overrides(tmp_path, monkeypatch, capsys):
     from tqgguf import enginevars
     from tqgguf.runtime import open_model
