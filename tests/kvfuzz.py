@@ -120,12 +120,13 @@ def _run_ctx_job(L, model, n_vocab: int, job: dict) -> dict:
 
 
 def _run_llama_job(L, job: dict) -> dict:
-    """``llama_cpp.Llama(model, type_k=..., type_v=...)`` + a 4-token eval."""
+    """``llama_cpp.Llama(model, type_k=..., type_v=...)`` + a 4-token eval; ok when the logits
+    of all 4 positions are finite (logits_all: without it ``scores`` is never written)."""
     import numpy as np
 
     kw = {k: (bool(v["bool"]) if isinstance(v, dict) else v) for k, v in job["kwargs"].items()}
     try:
-        llm = L.Llama(model_path=job["model"], n_ctx=32, n_batch=32, n_threads=1, verbose=False,
+        llm = L.Llama(model_path=job["model"], n_ctx=32, n_batch=32, n_threads=1, verbose=False, logits_all=True,
                       flash_attn=job.get("flash_attn", True), **kw)
     except (TypeError, ValueError, RuntimeError) as e:
         return {"status": "refused", "msg": f"{type(e).__name__}: {e}", "used": None}

@@ -183,7 +183,8 @@ def test_state_save_load_matrix_restores_exactly_or_refuses_by_name(tmp_path):
     saved = []
     for s in settings:
         (k, v), rot, kc = s
-        eng = open_model(model, ctk=k, ctv=v, rotation=rot, k_center=kc, n_ctx=64, flash_attn="on", n_threads=2)
+        eng = open_model(model, ctk=k, ctv=v, rotation=rot, k_center=kc, n_ctx=64, flash_attn="on", n_threads=2,
+                          logits_all=True)
         try:
             kc_active = eng.report.k_center_active
             eng.llama.eval(prompt)
@@ -196,7 +197,8 @@ def test_state_save_load_matrix_restores_exactly_or_refuses_by_name(tmp_path):
     n_exact = n_refused = 0
     for b in settings:
         (k, v), rot, kc = b
-        eng = open_model(model, ctk=k, ctv=v, rotation=rot, k_center=kc, n_ctx=64, flash_attn="on", n_threads=2)
+        eng = open_model(model, ctk=k, ctv=v, rotation=rot, k_center=kc, n_ctx=64, flash_attn="on", n_threads=2,
+                          logits_all=True)
         try:
             for a, (st, logits, _) in zip(settings, saved):
                 ea, eb = _effective(a), _effective(b)
