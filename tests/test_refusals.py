@@ -248,6 +248,43 @@ def test_state_saved_with_rotation_on_is_refused_by_a_rotation_off_context_namin
 
 
 @pytest.mark.engine
+def test_per_sequence_states_carry_the_signature_too(tmp_path):
+    """llama_state_seq_get/set_data (one sequence) go through the same check: a turbo4
+    sequence state restores into a same-settings context and is refused by a q8_0 one,
+    with the reason in llama_tq_errors()."""
+    import ctypes
+
+    import llama_cpp
+
+    from tqgguf.runtime import open_model
+
+    model = tiny_llama_gguf(tmp_path / "hd64.gguf", head_dim=64, n_head=2)
+    a = open_model(model, ctk="turbo4", ctv="turbo4", n_ctx=32, n_threads=2)
+    try:
+        a.llama.eval([1, 2, 3])
+        ctx = a.llama._ctx.ctx
+        n = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * n)()
+        assert llama_cpp.llama_state_seq_get_data(ctx, buf, n, 0) == n
+    finally:
+        a.close()
+    for ctk, ok in (("turbo4", True), ("q8_0", False)):
+        b = open_model(model, ctk=ctk, ctv="turbo4", n_ctx=32, n_threads=2)
+        try:
+            llama_cpp.llama_tq_clear_errors()
+            got = llama_cpp.llama_state_seq_set_data(b.llama._ctx.ctx, buf, n, 0)
+            errors = llama_cpp.tq_engine_errors()
+            if ok:
+                assert got == n and errors == ""
+            else:
+                assert got == 0
+                assert "K cache type: state has turbo4, context has q8_0" in errors, errors
+                assert "V cache type" not in errors
+        finally:
+            b.close()
+
+
+@pytest.mark.engine
 def test_state_without_a_signature_is_refused_not_misread(tmp_path):
     """A state from a build without signatures (upstream layout: n_stream first) is refused."""
     from tqgguf.runtime import open_model
