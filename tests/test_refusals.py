@@ -109,6 +109,25 @@ def test_head_dims_that_are_whole_blocks_run_with_finite_logits_with_flash_atten
     assert [r["status"] for r in run_jobs("ctx", jobs)] == ["ok"] * 4
 
 
+@pytest.mark.engine
+def test_llama_cpps_own_tools_refuse_a_head_dim_the_block_size_does_not_divide(models):
+    """The check lives in libllama, so llama-bench (built by `tqgguf build --tools`) refuses
+    head dim 96 with a turbo4 K and flash attention off instead of aborting."""
+    from tqgguf.build.driver import installed_build_info, tool_path
+
+    try:
+        bench = tool_path("llama-bench")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    fp = (bench.parents[1] / "fingerprint")
+    if not fp.exists() or fp.read_text() != (installed_build_info() or {}).get("fingerprint"):
+        pytest.skip("the tools were built from another checkout than the installed engine")
+    r = subprocess.run([str(bench), "-m", models[(96, 1)], "-ctk", "turbo4", "-ctv", "f16", "-fa", "0", "-p", "8",
+                        "-n", "0", "-r", "1", "-t", "1", "-v"], capture_output=True, text=True, timeout=120)
+    assert r.returncode > 0  # an error exit, not a signal
+    assert "K cache type turbo4 with block size 64 does not fit this model: n_embd_head_k = 96" in r.stderr + r.stdout
+
+
 # ----------------------------------------------------------------------------------------
 # type ids through the raw llama_cpp.Llama
 
