@@ -6,16 +6,25 @@ from pathlib import Path
 import numpy as np
 
 
-def tiny_llama_gguf(path: Path, *, head_dim: int = 32, n_head: int = 2, n_layer: int = 1, n_vocab: int = 64) -> Path:
-    """Write a 1-layer llama-arch GGUF with the given head dim (f32 random weights, no vocab).
+def tiny_llama_gguf(path: Path, *, head_dim: int = 32, n_head: int = 2, n_layer: int = 1, n_vocab: int = 64,
+                    n_head_kv: int | None = None, n_embd: int | None = None, seed: int = 0,
+                    k_bias: float = 0.0) -> Path:
+    """Write a llama-arch GGUF with the given attention shape (f32 random weights, no vocab).
 
-    Enough for llama.cpp to load it and create a context; head_dim=32 makes every 64-value
-    KV-cache block type (turbo*) impossible.
+    head_dim: K and V head dim (``llama.attention.key_length``/``value_length``); n_head /
+    n_head_kv: query / KV heads (GQA ratio n_head / n_head_kv; n_head_kv defaults to n_head);
+    n_embd: model width (default head_dim * n_head; may differ, e.g. to keep a head dim of
+    576 with 7 query heads small); k_bias > 0 adds an ``attn_k.bias`` of that standard
+    deviation to every layer (a Qwen2-like K bias, for K centering). Enough for llama.cpp to load it, create a context and
+    decode (logits are meaningless but finite). head_dim=32 makes every 64-value KV-cache
+    block type (turbo*) impossible.
     """
     import gguf
 
-    n_embd = head_dim * n_head
+    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    n_embd = head_dim * n_head if n_embd is None else n_embd
     n_ff = 2 * n_embd
+    n_q, n_kv = head_dim * n_head, head_dim * n_head_kv
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tqgguf-test-tiny")
     w.add_context_length(256)
@@ -23,12 +32,14 @@ def tiny_llama_gguf(path: Path, *, head_dim: int = 32, n_head: int = 2, n_layer:
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_tokenizer_model("none")
     w.add_vocab_size(n_vocab)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
 
     def t(name, *shape):
         w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
@@ -38,10 +49,12 @@ def tiny_llama_gguf(path: Path, *, head_dim: int = 32, n_head: int = 2, n_layer:
     t("output.weight", n_vocab, n_embd)
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        t(f"blk.{i}.attn_q.weight", n_embd, n_embd)
-        t(f"blk.{i}.attn_k.weight", n_embd, n_embd)
-        t(f"blk.{i}.attn_v.weight", n_embd, n_embd)
-        t(f"blk.{i}.attn_output.weight", n_embd, n_embd)
+        t(f"blk.{i}.attn_q.weight", n_q, n_embd)
+        t(f"blk.{i}.attn_k.weight", n_kv, n_embd)
+        if k_bias > 0:
+            w.add_tensor(f"blk.{i}.attn_k.bias", (rng.standard_normal(n_kv) * k_bias).astype(np.float32))
+        t(f"blk.{i}.attn_v.weight", n_kv, n_embd)
+        t(f"blk.{i}.attn_output.weight", n_embd, n_q)
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
         t(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
         t(f"blk.{i}.ffn_up.weight", n_ff, n_embd)

@@ -58,6 +58,38 @@ def test_a_patch_that_no_longer_applies_stops_the_build_and_is_named(upstream_fi
     assert "ggml/include/ggml.h" in msg
 
 
+def test_sdist_python_patches_apply_to_the_pinned_sdist_and_change_its_llama_py(tmp_path):
+    """patches/sdist/series patches llama-cpp-python's own files (outside vendor/llama.cpp)."""
+    sdist = source.fetch_sdist(log=lambda m: None)
+    prefix = f"{source.PIN.tree_name}/llama_cpp/"
+    with tarfile.open(sdist) as tf:
+        members = [m for m in tf.getmembers() if m.name.startswith(prefix) and m.name.endswith(".py")]
+        tf.extractall(tmp_path, members=members)
+    root = tmp_path / source.PIN.tree_name
+    before = (root / "llama_cpp/llama.py").read_text()
+    assert source.sdist_series(), "patches/sdist/series lists no patch"
+    source.apply_sdist_patches(root)
+    after = (root / "llama_cpp/llama.py").read_text()
+    assert "tq_kv_cache_type(type_k" in after and "tq_kv_cache_type" not in before
+    assert "llama_tq_errors" in (root / "llama_cpp/llama_cpp.py").read_text()
+    with pytest.raises(PatchError, match="0001-llama-py-kv-type-names-and-engine-errors.patch"):
+        source.apply_sdist_patches(root)  # applied already: --forward refuses, named
+
+
+def test_fingerprint_changes_with_the_sdist_python_patches(monkeypatch, tmp_path):
+    a = fingerprint(BuildConfig())
+    d = tmp_path / "patches"
+    (d / "sdist").mkdir(parents=True)
+    for p in source.series():
+        (d / p.name).write_bytes(p.read_bytes())
+    (d / "series").write_text((source.patches_dir() / "series").read_text())
+    for p in source.sdist_series():
+        (d / "sdist" / p.name).write_bytes(p.read_bytes() + b"\n")
+    (d / "sdist" / "series").write_text((source.patches_dir() / "sdist" / "series").read_text())
+    monkeypatch.setattr(source, "patches_dir", lambda: d)
+    assert fingerprint(BuildConfig()) != a
+
+
 def test_fingerprint_is_stable_and_changes_with_flags_and_backend():
     a, b = fingerprint(BuildConfig()), fingerprint(BuildConfig())
     assert a == b and len(a) == 64

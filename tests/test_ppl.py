@@ -102,8 +102,10 @@ def test_turbo_on_a_head_dim_that_is_not_a_multiple_of_64_is_refused_naming_it(t
     from tqgguf.runtime import EngineError, open_model
 
     model = tiny_llama_gguf(tmp_path / "tiny-hd32.gguf", head_dim=32)
-    with pytest.raises(EngineError, match=r"n_embd_head_k=32"):
-        open_model(model, ctk="turbo4", ctv="f16", n_ctx=64)
+    for fa in ("auto", "on", "off"):  # the engine checks it whatever the flash attention mode
+        with pytest.raises(EngineError, match=r"K cache type turbo4 with block size 64 does not fit this model: "
+                                              r"n_embd_head_k = 32"):
+            open_model(model, ctk="turbo4", ctv="f16", n_ctx=64, flash_attn=fa)
     eng = open_model(model, ctk="f16", ctv="f16", n_ctx=64)  # the model itself is fine
     eng.close()
 

@@ -46,8 +46,13 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="tqgguf")
-def main():
+@click.pass_context
+def main(ctx):
     """tqgguf: TurboQuant KV-cache compression (turbo3/turbo4) for GGUF models."""
+    if ctx.invoked_subcommand not in (None, "env"):  # `tqgguf env` lists them itself
+        from .enginevars import warn_unknown_variables
+
+        warn_unknown_variables(echo=lambda m: click.echo(m, err=True))
 
 
 if __name__ == "__main__":

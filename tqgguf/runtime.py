@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .cachetypes import (EngineNotBuiltError, check_cache_type, ggml_type_id, is_quantized,
                          libggml_base)
+from .enginevars import warn_overrides
 
 FLASH_ATTN_MODES = ("on", "off", "auto")
 
@@ -170,16 +171,6 @@ def engine_env(*, rotation: bool = True, k_center: str = "off"):
                     os.environ[k] = v
 
 
-_warned_llama_k_center = False
-
-
-def _warn_llama_k_center() -> None:
-    global _warned_llama_k_center
-    _warned_llama_k_center = True
-    print(f"warning: LLAMA_K_CENTER={os.environ['LLAMA_K_CENTER']!r} is ignored by tqgguf, which sets it from "
-          "--k-center / TQGGUF_K_CENTER", file=sys.stderr)
-
-
 @dataclass
 class Engine:
     """An opened model: ``llama`` is the llama_cpp.Llama, ``report`` what llama.cpp logged."""
@@ -238,10 +229,11 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     from .kcenter import engine_value, parse_k_center
 
     kc = parse_k_center(k_center)
-    if os.environ.get("LLAMA_K_CENTER") and not _warned_llama_k_center:
-        _warn_llama_k_center()
     n_threads = n_threads or os.cpu_count() or 1
     k_center_env = engine_value(kc, path, n_threads=n_threads)
+    warn_overrides({"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center_env},
+                   {"LLAMA_ATTN_ROT_DISABLE": f"rotation {'on' if rotation else 'off'}",
+                    "LLAMA_K_CENTER": f"--k-center {kc}"})
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
     mark = _capture.mark()

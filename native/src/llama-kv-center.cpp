@@ -5,6 +5,7 @@
 #include "llama-hparams.h"
 #include "llama-impl.h"
 #include "llama-model.h"
+#include "llama-tq-checks.h"
 
 #include "gguf.h"
 
@@ -146,6 +147,15 @@ static llama_k_center_state build_full(const llama_model & model, const llama_hp
         throw std::runtime_error(format("LLAMA_K_CENTER=full: RoPE type %d of this model is not supported "
                                         "(only norm = 0 and neox = 2)", (int) hparams.rope_type));
     }
+    uint64_t h = llama_tq_fnv1a("full", 4);
+    for (const auto & [il, bk] : st.full_bias) {
+        const std::vector<float> b = tensor_to_f32(bk);
+        h = llama_tq_fnv1a(&il, sizeof(il), h);
+        h = llama_tq_fnv1a(b.data(), b.size()*sizeof(float), h);
+    }
+    if (!st.full_bias.empty()) {
+        st.identity = format("full %016llx", (unsigned long long) h);
+    }
     if (st.full_bias.empty()) {
         LLAMA_LOG_INFO("%s: k_center = full (no layer of this model has an attn_k.bias): inactive, nothing to "
                        "subtract in %zu layers\n", __func__, layer_ids.size());
@@ -257,6 +267,14 @@ llama_k_center_state llama_k_center_build(
                        what.c_str(), layer_ids.size());
         return state;
     }
+
+    const char * label = cfg.kind == llama_k_center_config::mode::bias ? "bias" : "file";
+    uint64_t h = llama_tq_fnv1a(label, strlen(label));
+    for (const auto & [il, m] : vecs) {
+        h = llama_tq_fnv1a(&il, sizeof(il), h);
+        h = llama_tq_fnv1a(m.data(), m.size()*sizeof(float), h);
+    }
+    state.identity = format("%s %016llx", label, (unsigned long long) h);
 
     // 2. tensors beside each layer's K cache
     std::map<ggml_backend_buffer_type_t, ggml_context_ptr> ctxs;

@@ -71,6 +71,10 @@ using llama_k_center_bufs = std::vector<std::pair<ggml_context_ptr, ggml_backend
 struct llama_k_center_state {
     std::map<uint32_t, llama_k_center_layer> fixed;     // bias / file: layer id -> m_l
     std::map<uint32_t, ggml_tensor *>        full_bias; // full: layer id -> the model's attn_k.bias (F32)
+    // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
+    // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
+    // and the unrotated vectors (bias, file) or of the biases (full), e.g. "bias 1f0c…"
+    std::string identity = "none";
 };
 
 // Build the centering tensors of a KV cache's layers, as LLAMA_K_CENTER asks.

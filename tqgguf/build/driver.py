@@ -1,6 +1,6 @@
 """Configure, compile and install the patched engine; skip all of it when nothing changed.
 
-Fingerprint = sha256 over (pin, every patch in series order, every native/ file, the CMake
+Fingerprint = sha256 over (pin, every patch in series order (llama.cpp, then the sdist's own), every native/ file, the CMake
 definitions, the backend, the machine). The wheel carries ``llama_cpp/_tqgguf_build.json``
 with it, so ``installed_build_info()`` can tell without importing llama_cpp whether the
 installed engine is the one this checkout would build.
@@ -21,7 +21,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
 
-from .source import PIN, cache_dir, native_dir, native_files, prepare_tree, series
+from .source import PIN, cache_dir, native_dir, native_files, prepare_tree, sdist_series, series
 
 BACKENDS = ("cpu", "cuda", "metal")
 TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")
@@ -90,6 +90,8 @@ def fingerprint(cfg: BuildConfig) -> str:
     h.update(f"{PIN.package}=={PIN.version} {PIN.sha256}\n".encode())
     for p in series():
         h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for p in sdist_series():
+        h.update(b"sdist/" + p.name.encode() + b"\0" + p.read_bytes())
     for rel in native_files():
         h.update(str(rel).encode() + b"\0" + (native_dir() / rel).read_bytes())
     h.update(json.dumps(cfg.defines(), sort_keys=True).encode())

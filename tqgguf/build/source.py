@@ -60,14 +60,24 @@ def native_dir() -> Path:
     return REPO_ROOT / "native"
 
 
-def series() -> list[Path]:
-    """Patch files in application order (``patches/series``; '#' starts a comment)."""
+def _read_series(directory: Path) -> list[Path]:
     names = []
-    for line in (patches_dir() / "series").read_text().splitlines():
+    for line in (directory / "series").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
-            names.append(patches_dir() / line)
+            names.append(directory / line)
     return names
+
+
+def series() -> list[Path]:
+    """Patch files for vendor/llama.cpp in application order (``patches/series``; '#' starts a comment)."""
+    return _read_series(patches_dir())
+
+
+def sdist_series() -> list[Path]:
+    """Patch files for the llama-cpp-python sdist's own files (its Python package, outside
+    vendor/llama.cpp), applied at the sdist root, in order (``patches/sdist/series``)."""
+    return _read_series(patches_dir() / "sdist")
 
 
 def native_files() -> list[Path]:
@@ -157,8 +167,21 @@ def apply_patches(llama_dir: Path) -> None:
 
     Raises PatchError naming the patch and the failing file(s).
     """
-    for patch in series():
-        cmd = ["patch", "-p1", "--forward", "--batch", "-d", str(llama_dir), "-i", str(patch)]
+    _apply_series(series(), llama_dir, f"llama.cpp {PIN.llama_cpp_commit}")
+
+
+def apply_sdist_patches(sdist_root: Path) -> None:
+    """Apply patches/sdist/series at the root of an unpacked llama-cpp-python sdist (its
+    Python files: llama_cpp/llama.py, ...); dry-run each patch first.
+
+    Raises PatchError naming the patch and the failing file(s).
+    """
+    _apply_series(sdist_series(), sdist_root, f"{PIN.package} {PIN.version}")
+
+
+def _apply_series(patches: list[Path], root: Path, what: str) -> None:
+    for patch in patches:
+        cmd = ["patch", "-p1", "--forward", "--batch", "-d", str(root), "-i", str(patch)]
         dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True)
         if dry.returncode != 0:
             current, failed, details = "?", [], []
@@ -171,13 +194,14 @@ def apply_patches(llama_dir: Path) -> None:
                     if current not in failed:
                         failed.append(current)
             raise PatchError(
-                f"patch {patch.name} does not apply to llama.cpp {PIN.llama_cpp_commit}; failing file(s): "
+                f"patch {patch.name} does not apply to {what}; failing file(s): "
                 f"{', '.join(failed) or '?'}\n" + "\n".join(details or dry.stdout.splitlines()[-5:]))
         subprocess.run(cmd, check=True, capture_output=True)
 
 
 def prepare_tree(dest: Path, log=print) -> Path:
-    """Make ``dest`` the patched source tree: sdist + patches + native overlay.
+    """Make ``dest`` the patched source tree: sdist + patches (vendor/llama.cpp and the
+    sdist's Python files) + native overlay.
 
     Files whose content did not change are left untouched (mtimes kept).
     Returns the llama-cpp-python source dir (contains pyproject.toml).
@@ -189,6 +213,7 @@ def prepare_tree(dest: Path, log=print) -> Path:
         fresh = Path(tmp) / PIN.tree_name
         llama_dir = fresh / "vendor" / "llama.cpp"
         apply_patches(llama_dir)
+        apply_sdist_patches(fresh)
         for rel in native_files():
             out = llama_dir / rel
             out.parent.mkdir(parents=True, exist_ok=True)
