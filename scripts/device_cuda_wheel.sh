@@ -7,6 +7,7 @@
 #   .device/w*/*.partNN       the pinned sdist and SmolLM2 in pieces; wiki.test.raw
 #   scripts/device_cuda_wheel.sh parts      copy pieces to /tmp/tqw (every call)
 #   scripts/device_cuda_wheel.sh build      install tqgguf, assemble, tqgguf build --backend cuda
+#   scripts/device_cuda_wheel.sh ops        test-backend-ops from the engine's build tree: turbo cases + FA timing
 #   scripts/device_cuda_wheel.sh use        tqgguf info / ppl / serve on the GPU
 set -euo pipefail
 W=/tmp/tqw
@@ -47,6 +48,22 @@ use)
     kill %1 2>/dev/null || true
     # bad input on the GPU: a pair and a head dim the engine must refuse, -fa off with a quantized V
     tqgguf ppl "$M" -f "$W/parts/wiki.test.raw" --chunks 1 -ngl 99 --ctv turbo4 -fa off > "$OUT/bad-fa-off.txt" 2>&1; echo "-fa off + turbo4 V: exit $?"; tail -2 "$OUT/bad-fa-off.txt"
+    ;;
+ops)
+    # test-backend-ops from the engine's own CMake tree (reuses its compiled ggml-cuda)
+    B=$TQGGUF_CACHE/build/cuda; SRC=$(ls -d $TQGGUF_CACHE/src/llama_cpp_python-*)
+    S=$(date +%s)
+    cmake -S "$SRC" -B "$B" -DLLAMA_BUILD_TESTS=ON > "$OUT/ops-configure.log" 2>&1 && \
+        cmake --build "$B" -j "$(nproc)" --target test-backend-ops > "$OUT/ops-build.log" 2>&1 || { tail -20 "$OUT/ops-build.log"; exit 1; }
+    T=$(find "$B" -name test-backend-ops -type f -perm -u+x | head -1)
+    echo "test-backend-ops built in $(( $(date +%s) - S )) s: $T"
+    timeout 300 "$T" -b CUDA0 -o SET_ROWS,GET_ROWS,CPY,FLASH_ATTN_EXT -p turbo -j 8 > "$OUT/test-backend-ops.txt" 2>&1 || true
+    for op in SET_ROWS GET_ROWS CPY FLASH_ATTN_EXT; do
+        printf '%-16s OK %5d  FAIL %4d  not supported %4d\n' $op "$(grep -c "^  $op(.*OK" "$OUT/test-backend-ops.txt")" \
+            "$(grep -c "^  $op(.*FAIL" "$OUT/test-backend-ops.txt")" "$(grep -c "^  $op(.*not supported" "$OUT/test-backend-ops.txt")"
+    done | tee "$OUT/test-backend-ops-summary.txt"
+    "$T" perf -b CUDA0 -o FLASH_ATTN_EXT -p 'kv=(7680|32768),nb=1,' 2>&1 | sed 's/\x1b\[[0-9;]*m//g' | grep -E "type_K=(f16|q8_0|q4_0|turbo[234])" > "$OUT/fa-perf.txt" || true
+    sed -E 's/.*hsk=([0-9]+).*kv=([0-9]+).*type_K=([a-z0-9_]+),type_V=([a-z0-9_]+).* ([0-9.]+) us\/run.*/hd \1 kv \2 \3\/\4 \5 us/' "$OUT/fa-perf.txt"
     ;;
 *)
     sed -n 2,13p "$0"; exit 2 ;;

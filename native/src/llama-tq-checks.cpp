@@ -6,6 +6,8 @@
 #include "llama-impl.h"
 #include "llama-io.h"
 #include "llama-model.h"
+#include "llama-context.h"
+#include "llama-graph.h"
 
 #include "ggml.h"
 
@@ -269,4 +271,40 @@ void llama_kv_signature_check(llama_io_read_i & io, const llama_kv_signature & m
     if (!diffs.empty()) {
         throw std::runtime_error("the state was saved with other KV cache settings: " + diffs);
     }
+}
+
+static bool llama_tq_is_turbo(ggml_type t) {
+    return t == GGML_TYPE_TURBO4_0 || t == GGML_TYPE_TURBO3_0 || t == GGML_TYPE_TURBO2_0;
+}
+
+std::string llama_tq_check_fa_placement(llama_context & ctx, const llama_model & model,
+        const llama_memory_context_i * mctx, uint32_t n_seqs) {
+    if (!ctx.graph_reserve(n_seqs, n_seqs, n_seqs, mctx, true)) {
+        return "could not reserve the graph that checks where flash attention runs";
+    }
+    for (const auto & node : ctx.get_gf_res_reserve()->get_fused_nodes()) {
+        if (node.op != LLM_FUSED_OP_FLASH_ATTN || node.il < 0) {
+            continue;
+        }
+        const ggml_tensor * q = node.tensor->src[0];
+        const ggml_tensor * k = node.tensor->src[1];
+        const ggml_tensor * v = node.tensor->src[2];
+        if (!k || !v || (!llama_tq_is_turbo(k->type) && !llama_tq_is_turbo(v->type))) {
+            continue;  // other cache types keep upstream's behaviour
+        }
+        ggml_backend_t backend = ggml_backend_sched_get_tensor_backend(ctx.get_sched(), node.tensor);
+        ggml_backend_dev_t dev_fa    = backend ? ggml_backend_get_device(backend) : nullptr;
+        ggml_backend_dev_t dev_layer = model.dev_layer(node.il);
+        if (dev_fa != dev_layer) {
+            return std::string("flash attention with K cache ") + ggml_type_name(k->type) + " and V cache " +
+                ggml_type_name(v->type) + " (layer " + std::to_string(node.il) + ", head dims K " +
+                std::to_string(k->ne[0]) + " / V " + std::to_string(v->ne[0]) + ", " +
+                std::to_string(q ? q->ne[2] : -1) + " query heads on " + std::to_string(k->ne[2]) +
+                " KV heads) has no kernel on " + (dev_layer ? ggml_backend_dev_name(dev_layer) : "none") +
+                ", which holds the layer; it would run on " + (dev_fa ? ggml_backend_dev_name(dev_fa) : "none") +
+                " instead. Refused rather than moved: use a K/V pair that backend has (tqgguf info lists them), " +
+                "or keep these layers off the GPU (-ngl)";
+        }
+    }
+    return "";
 }

@@ -6,6 +6,8 @@
 //                                  (whatever the flash attention mode)
 //   llama_tq_env_bool              boolean engine variables (LLAMA_ATTN_ROT_DISABLE):
 //                                  1/0, true/false, yes/no, on/off or refused
+//   llama_tq_check_fa_placement    a turbo cache's flash attention runs on the device that
+//                                  holds the layer (never moved to the CPU without a word)
 //   llama_kv_signature             what a KV cache's state depends on; written at the
 //                                  head of every state (full or per sequence) and
 //                                  compared on restore, naming each mismatch
@@ -18,6 +20,8 @@
 #include <string>
 
 struct llama_model;
+struct llama_context;
+class llama_memory_context_i;
 class llama_io_write_i;
 class llama_io_read_i;
 
@@ -28,6 +32,14 @@ void llama_tq_note_error(const char * text);
 // reason, naming the type (by name and id), its block size, the head dim and what is
 // allowed. Never asserts: ids outside ggml's range are reported, not looked up.
 std::string llama_tq_check_context_params(const llama_model & model, const llama_context_params & params);
+
+// "" unless a K or V cache of a turbo type would have its flash attention scheduled on
+// another device than the layer it belongs to (a backend without a kernel for that pair or
+// head dim: ggml's scheduler would silently run it on the CPU); then the reason, naming the
+// layer, the K/V pair, the head dims and both devices. Reserves the probe graph that
+// llama_context::resolve_fused_ops reserves for -fa auto; called when flash attention is on.
+std::string llama_tq_check_fa_placement(llama_context & ctx, const llama_model & model,
+        const llama_memory_context_i * mctx, uint32_t n_seqs);
 
 // Value of a boolean environment variable: dflt when unset or empty; 1/0, true/false,
 // yes/no, on/off (any case, surrounding blanks ignored). Throws std::runtime_error naming
