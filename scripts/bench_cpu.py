@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqgguf.build.driver import tool_path  # noqa: E402
+from tqgguf.builder.driver import tool_path  # noqa: E402
 from tqgguf.models import resolve_model  # noqa: E402
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqgguf.build.driver import tool_path  # noqa: E402
-from tqgguf.build.source import cache_dir  # noqa: E402
+from tqgguf.builder.driver import tool_path  # noqa: E402
+from tqgguf.builder.source import cache_dir  # noqa: E402
 from tqgguf.models import resolve_model  # noqa: E402
 from tqgguf.sweep.runner import default_baseline_path, file_sha256  # noqa: E402
 from tqgguf.texts import resolve_text  # noqa: E402

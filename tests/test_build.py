@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tqgguf.build import PatchError
-from tqgguf.build import source
-from tqgguf.build.driver import BuildConfig, fingerprint, installed_build_info
+from tqgguf.builder import PatchError
+from tqgguf.builder import source
+from tqgguf.builder.driver import BuildConfig, fingerprint, installed_build_info
 
 
 def _files_of_series() -> set[str]:

@@ -281,7 +281,7 @@ def write_calib_file(path: str | os.PathLike, model_path: str | os.PathLike, cal
     ``tqgguf.k_center.*`` keys (model file name and sha256, text, tokens, n_ctx). Atomic."""
     from gguf import GGUFWriter
 
-    from .build.source import sha256_file
+    from .builder.source import sha256_file
     from .center import publish
 
     path = Path(path)
@@ -338,7 +338,7 @@ def read_calib_file(path: str | os.PathLike) -> tuple[dict[str, object], dict[in
 
 def check_calib_file(path: str | os.PathLike, model_path: str | os.PathLike) -> dict[str, object]:
     """Check that ``path`` was computed from ``model_path`` (same sha256); KCenterError if not."""
-    from .build.source import sha256_file
+    from .builder.source import sha256_file
 
     meta, _ = read_calib_file(path)
     if meta["model_sha256"] != sha256_file(Path(model_path)):

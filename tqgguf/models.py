@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tqgguf.build.source import cache_dir, sha256_file
+from tqgguf.builder.source import cache_dir, sha256_file
 
 Log = Callable[[str], None]
 

@@ -35,7 +35,7 @@ class Text:
 
 
 def _cache_copy() -> Path:
-    from .build.source import cache_dir
+    from .builder.source import cache_dir
 
     return cache_dir() / "data" / "wiki.test.raw"
 

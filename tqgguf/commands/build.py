@@ -1,4 +1,4 @@
-"""``tqgguf build``: fetch, patch, compile and install the engine (thin layer over tqgguf.build)."""
+"""``tqgguf build``: fetch, patch, compile and install the engine (thin layer over tqgguf.builder)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +7,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..build import BuildConfig, PatchError, SourceError, build
-from ..build.source import PIN, prepare_tree
+from ..builder import BuildConfig, PatchError, SourceError, build
+from ..builder.source import PIN, prepare_tree
 
 console = Console(stderr=True)
 

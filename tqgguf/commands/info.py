@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cachetypes import KV_CACHE_TYPES, EngineNotBuiltError, all_types
-from ..build import installed_build_info
-from ..build.driver import BuildConfig, fingerprint
-from ..build.source import PIN
+from ..builder import installed_build_info
+from ..builder.driver import BuildConfig, fingerprint
+from ..builder.source import PIN
 
 
 def engine_info() -> dict:

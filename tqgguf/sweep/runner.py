@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..build.source import cache_dir, sha256_file
+from ..builder.source import cache_dir, sha256_file
 from ..cachetypes import type_info
 from ..quality import check_length, chunk_logits, tokenize
 from ..runtime import EngineError, open_model
