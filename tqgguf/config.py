@@ -30,6 +30,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from .cachetypes import KV_CACHE_TYPES, CacheTypeError, check_cache_type, is_quantized
+from .fsutil import cache_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -313,9 +314,8 @@ def _port_part(value: Any) -> Any:
 
 
 def default_models_dir() -> Path:
-    """``<TQGGUF_CACHE or ~/.cache/tqgguf>/models`` (the same default as ``tqgguf.models``)."""
-    root = os.environ.get("TQGGUF_CACHE") or os.path.join("~", ".cache", "tqgguf")
-    return Path(os.path.expanduser(root)) / "models"
+    """``<cache>/models``, with ``<cache>`` from tqgguf.fsutil.cache_dir (``TQGGUF_CACHE``)."""
+    return cache_dir() / "models"
 
 
 def _models_dir(value: Any) -> Path:
@@ -536,6 +536,27 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
     if check:
         check_settings(settings)
     return settings
+
+
+def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of one setting from the variables and the default alone (no flags), for
+    library code that needs a single setting (e.g. ``setting("models")``).
+
+    Only this setting's variables are read, so a bad value elsewhere cannot break it.
+    Raises KeyError for an unknown name, SettingsError for a bad value (naming the
+    variable, the value and what is allowed).
+    """
+    if name not in Settings.model_fields:
+        raise KeyError(name)
+    environ = os.environ if environ is None else environ
+    for src, raw, parse in candidates(name, {}, environ):
+        try:
+            value = parse(raw)
+        except ValueError as e:
+            raise SettingsError([f"{src.name}={raw!r}: {e}"]) from None
+        if value is not UNSET:
+            return value
+    return Settings.model_fields[name].get_default(call_default_factory=True)
 
 
 def check_settings(settings: Settings) -> None:

@@ -16,6 +16,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fsutil import atomic_output, cache_dir
+
 WIKITEXT2_TEST_SHA256 = "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08"
 WIKITEXT2_TEST_BYTES = 1290590
 WIKITEXT2_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-raw-v1.zip"
@@ -35,8 +37,6 @@ class Text:
 
 
 def _cache_copy() -> Path:
-    from .builder.source import cache_dir
-
     return cache_dir() / "data" / "wiki.test.raw"
 
 
@@ -62,10 +62,12 @@ def _download_wikitext(dest: Path, timeout: float = 10.0) -> bool:
         return False
     if hashlib.sha256(data).hexdigest() != WIKITEXT2_TEST_SHA256:
         return False
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".part")
-    tmp.write_bytes(data)
-    tmp.replace(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(dest) as tmp:
+            tmp.write_bytes(data)
+    except OSError:
+        return False  # an unwritable cache: the caller falls back to the built-in corpus
     return True
 
 

@@ -6,7 +6,6 @@ bad flag or variable exits with status 2 and a message naming it, a taken port w
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -82,10 +81,6 @@ def command(model, ctk, ctv, ctx, parallel, flash_attn, rot, k_center, host, por
     from ..runtime import EngineError
     from ..server import ServeConfig, serve
 
-    if settings.source("models").kind != "default":
-        # tqgguf.models reads TQGGUF_MODELS only; hand it the resolved directory (which may
-        # come from OLLAMA_MODELS) for this process
-        os.environ["TQGGUF_MODELS"] = str(settings.models)
     try:
         path = resolve_model(model)
     except ModelError as e:
