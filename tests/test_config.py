@@ -236,3 +236,42 @@ def test_env_command_bad_value_exits_2_with_the_reason():
     r = CliRunner().invoke(main, ["env"], env=_clean_env(TQGGUF_KV_CACHE_TYPE="q9"))
     assert r.exit_code == 2
     assert "TQGGUF_KV_CACHE_TYPE='q9'" in r.output and ", ".join(KV_CACHE_TYPES) in r.output
+
+
+def test_tqgguf_text_is_a_declared_setting_that_texts_reads(tmp_path, monkeypatch):
+    from tqgguf.texts import resolve_text
+
+    f = tmp_path / "t.txt"
+    f.write_text("hello world")
+    env = {"TQGGUF_TEXT": str(f)}
+    assert unknown_variables(env) == []  # `tqgguf env` no longer calls it a typo
+    st = resolve_settings({}, env)
+    assert st.text == f and st.source("text").describe() == f"env TQGGUF_TEXT={str(f)!r}"
+    assert resolve_settings({}, {}).display("text") == "-"
+    monkeypatch.setenv("TQGGUF_TEXT", str(f))
+    t = resolve_text(allow_download=False)
+    assert (t.content, t.label, t.path) == ("hello world", "t.txt (TQGGUF_TEXT)", f)
+    monkeypatch.setenv("TQGGUF_TEXT", str(tmp_path))
+    with pytest.raises(ValueError, match=r"TQGGUF_TEXT=.*is a directory"):
+        resolve_text(allow_download=False)
+    monkeypatch.setenv("TQGGUF_TEXT", str(tmp_path / "missing.txt"))
+    with pytest.raises(FileNotFoundError, match="TQGGUF_TEXT=.*missing.txt does not exist"):
+        resolve_text(allow_download=False)
+
+
+def test_models_dir_precedence_is_the_settings_models_field(tmp_path, monkeypatch):
+    from tqgguf import models
+    from tqgguf.models import ModelError
+
+    monkeypatch.delenv("TQGGUF_MODELS", raising=False)
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path / "cache"))
+    assert models.models_dir() == tmp_path / "cache" / "models" == resolve_settings({}).models
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    assert models.models_dir() == tmp_path / "ollama" == resolve_settings({}).models
+    monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "ours"))
+    assert models.models_dir() == tmp_path / "ours" == resolve_settings({}).models
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "file"))
+    with pytest.raises(ModelError, match="TQGGUF_MODELS=.*not a directory"):
+        models.models_dir()

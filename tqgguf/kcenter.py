@@ -41,72 +41,14 @@ from typing import Callable
 import numpy as np
 
 from .cachetypes import libggml_base
+from .config import KCenter, KCenterError, parse_k_center
 from .engine import EngineError, engine_env, ensure_engine
 from .fsutil import atomic_output, sha256_file_cached
 from .texts import builtin_corpus
 
-ALLOWED = "off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE"
 CALIB_SUFFIX = ".k_center.gguf"
 CALIB_ARCH = "tqgguf-k-center"
 KEY = "tqgguf.k_center."
-
-
-class KCenterError(ValueError):
-    """A bad ``--k-center`` value or a calibration file that does not fit the model."""
-
-
-@dataclass(frozen=True)
-class KCenter:
-    """A parsed ``--k-center`` value.
-
-    mode: "off", "bias", "full" or "calib"; ctx: bias period threshold in tokens (None = the
-    model's training context); path: calib file (None = beside the model).
-    """
-
-    mode: str = "off"
-    ctx: int | None = None
-    path: Path | None = None
-
-    def __str__(self) -> str:
-        if self.mode == "bias" and self.ctx:
-            return f"bias:{self.ctx}"
-        if self.mode == "calib" and self.path:
-            return f"calib:{self.path}"
-        return self.mode
-
-    @property
-    def on(self) -> bool:
-        return self.mode != "off"
-
-
-def parse_k_center(value: object) -> KCenter:
-    """Parse a ``--k-center`` value (see the module docstring); None/"" mean off.
-
-    Raises KCenterError naming the value and the allowed forms.
-    """
-    if value is None or isinstance(value, KCenter):
-        return value or KCenter()
-    if isinstance(value, bool):
-        return KCenter("bias" if value else "off")
-    s = str(value).strip()
-    low = s.lower()
-    if low in ("", "off", "0", "false", "no", "none"):
-        return KCenter()
-    if low in ("bias", "on", "1", "true", "yes"):
-        return KCenter("bias")
-    if low.startswith("bias:"):
-        n = s[5:].strip()
-        if not re.fullmatch(r"\d+", n) or not 1 <= int(n) < 2**32:
-            raise KCenterError(f"{s!r}: the threshold after 'bias:' must be a number of tokens from 1 to "
-                               f"{2**32 - 1}; allowed: {ALLOWED}")
-        return KCenter("bias", ctx=int(n))
-    if low == "full":
-        return KCenter("full")
-    if low == "calib":
-        return KCenter("calib")
-    if low.startswith("calib:") and s[6:].strip():
-        return KCenter("calib", path=Path(os.path.expanduser(s[6:].strip())))
-    raise KCenterError(f"{s!r} is not a K-center mode; allowed: {ALLOWED}")
 
 
 def calib_path(model_path: str | os.PathLike, kc: KCenter) -> Path:

@@ -14,12 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cachetypes import check_cache_type, ggml_type_id, is_quantized
+from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id
 from .engine import EngineError, capture, engine_env, ensure_engine
-from .kcenter import engine_value, parse_k_center
-
-FLASH_ATTN_MODES = ("on", "off", "auto")
-
+from .config import parse_k_center
+from .kcenter import engine_value
 
 @dataclass
 class KVReport:
@@ -82,12 +80,9 @@ def resolve_flash_attn(mode: str, ctk: str, ctv: str) -> bool:
     mode = str(mode).strip().lower()
     if mode not in FLASH_ATTN_MODES:
         raise ValueError(f"unknown flash attention mode {mode!r}; allowed: {', '.join(FLASH_ATTN_MODES)}")
-    if mode == "off":
-        if is_quantized(ctv):
-            raise ValueError(f"-fa off cannot be used with a quantized V cache ({ctv}); "
-                             "llama.cpp needs flash attention for it: use -fa on|auto or --ctv f16")
-        return False
-    return True
+    if flash_attn_conflict(mode, ctv):
+        raise ValueError(f"-fa off cannot be used with the quantized V cache type {ctv}; {FLASH_ATTN_RULE}")
+    return mode != "off"
 
 
 _warned_llama_k_center = False
