@@ -129,6 +129,8 @@ def test_the_graph_covers_the_package():
     ("tqgguf.cachetypes", "tqgguf."),
     ("tqgguf.config", "tqgguf.runtime"),                # settings are plain data
     ("tqgguf.config", "tqgguf.server"),
+    ("tqgguf.config", "tqgguf.engine"),                 # ...and never reach the engine
+    ("tqgguf.config", "tqgguf.kcenter"),
     ("tqgguf.runtime", "tqgguf.commands"),              # the library never imports the CLI
     ("tqgguf.quality", "tqgguf.commands"),
     ("tqgguf.server", "tqgguf.commands"),

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import click
 from click.testing import CliRunner
 
 from tqgguf.cachetypes import KV_CACHE_TYPES
@@ -275,3 +276,25 @@ def test_models_dir_precedence_is_the_settings_models_field(tmp_path, monkeypatc
     monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "file"))
     with pytest.raises(ModelError, match="TQGGUF_MODELS=.*not a directory"):
         models.models_dir()
+
+
+def test_shared_cli_options_are_declared_once_and_validated_by_the_settings_model():
+    from tqgguf.commands import ppl, serve, sweep
+
+    def opts(cmd):
+        return {p.name: (tuple(p.opts), tuple(p.secondary_opts), p.help) for p in cmd.params if isinstance(p, click.Option)}
+
+    p, s, w = opts(ppl.command), opts(serve.command), opts(sweep.command)
+    for name in ("ctk", "ctv", "flash_attn", "rot", "k_center"):
+        assert p[name] == s[name], name
+    for name in ("ctk", "ctv", "k_center"):
+        assert w[name][:2] == p[name][:2], name  # same names; sweep takes comma lists of them
+    assert p["ctk"][0] == ("-ctk", "--ctk", "--cache-type-k")
+    assert "TQGGUF_KV_CACHE_TYPE_K" in p["ctk"][2] and "default f16" in p["ctk"][2]  # help from the model
+    env = _clean_env()
+    for verb in ("ppl", "serve"):
+        r = CliRunner().invoke(main, [verb, "no-such-model.gguf", "--ctk", "q9"], env=env)
+        assert r.exit_code == 2, (verb, r.output)
+        assert "--ctk 'q9': unknown cache type; allowed: f32" in r.output, (verb, r.output)
+        r = CliRunner().invoke(main, [verb, "no-such-model.gguf", "-fa", "off", "--ctv", "turbo4"], env=env)
+        assert r.exit_code == 2 and "flash attention is off (from flag -fa='off')" in r.output, (verb, r.output)

@@ -657,3 +657,14 @@ def settings_report(settings: Settings, environ: Mapping[str, str] | None = None
         "variables": {k: {"value": _present(environ, k), "description": d} for k, d in VARIABLES.items()},
         "unknown_variables": unknown_variables(environ),
     }
+
+
+def setting_help(name: str) -> str:
+    """Help text of setting ``name`` for a CLI option, from its declaration: the
+    description, then ``[env VAR, ...; default X]`` (no default part when unset)."""
+    field = Settings.model_fields[name]
+    desc = field.description[:1].upper() + field.description[1:]
+    default = Settings.model_construct().display(name) if field.default_factory is None else str(field.default_factory())
+    parts = ([f"env {', '.join(_var(name).env)}"] if _var(name).env else []) + \
+        ([f"default {default}"] if default != "-" else [])
+    return f"{desc} [{'; '.join(parts)}]."
