@@ -35,9 +35,9 @@ def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, b
     """Run every K x V x rotation x K-center combination (llama-bench style lists) against an f16/f16
     baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
     from ..models import ModelError, resolve_model
-    from ..quality import TextTooShortError
+    from ..quality import BaselineMismatchError, TextTooShortError
     from ..runtime import EngineError
-    from ..sweep import BaselineMismatchError, SweepSpec, run_sweep
+    from ..sweep.runner import SweepSpec, run_sweep
     from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
     from ..texts import resolve_text
     from ..kcenter import engine_value

@@ -17,11 +17,11 @@ import numpy as np
 
 from ..cachetypes import type_info
 from ..fsutil import cache_dir, sha256_file_cached
-from ..quality import check_length, chunk_logits, tokenize
+from ..quality import (BaselineMeta, BaselineMismatchError, BaselineReader, BaselineWriter, KLDStats, check_length,
+                       chunk_logits, encode_base_rows, tokenize)
 from ..runtime import EngineError, open_model
 from ..texts import Text
 from .grid import BASELINE, Config
-from .kld import BaselineMeta, BaselineMismatchError, BaselineReader, BaselineWriter, KLDStats, encode_base_rows
 
 Progress = Callable[[str, int, int, int, int], None]  # (label, config i, n configs, chunk j, n chunks)
 
