@@ -71,23 +71,14 @@ def test_sweep_report_carries_the_k_center():
 
 # ----------------------------------------------------------------------------- engine
 
-def _model(name):
-    from tqgguf.models import ModelError, resolve_model
-
-    try:
-        return resolve_model(name, pull_missing=False)
-    except ModelError as e:
-        pytest.skip(str(e))
+@pytest.fixture(scope="module")
+def smol(model_file):
+    return model_file("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
-def smol():
-    return _model("smollm2-135m")
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    return _model("qwen2.5-coder-0.5b")
+def qwen(model_file):
+    return model_file("qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="module")
