@@ -142,3 +142,31 @@ def test_layers_point_one_way(low, forbidden):
     own = {m for m in g if m == low or m.startswith(low + ".")}
     bad = sorted(m for m in reached - own if m == forbidden or m.startswith(forbidden.rstrip(".") + "."))
     assert bad == [], f"{low} reaches {bad}"
+
+
+#: The layers of docs/ARCHITECTURE.md, lowest first. A module may import its own layer and
+#: the ones below. A new module must be placed here (and in the doc) to pass.
+LAYERS: list[tuple[str, ...]] = [
+    ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
+    ("tqgguf.config", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),               # data, build
+    ("tqgguf.engine",),                                                                 # engine access
+    ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
+    ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center"),               # features
+    ("tqgguf.cli", "tqgguf.commands", "tqgguf.__main__"),                               # CLI
+]
+
+
+def _layer(mod: str) -> int | None:
+    for i, names in enumerate(LAYERS):
+        if any(mod == n or mod.startswith(n + ".") for n in names):
+            return i
+    return None
+
+
+def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_layers():
+    g = import_graph()
+    unplaced = sorted(m for m in g if m != "tqgguf" and _layer(m) is None)
+    assert unplaced == [], f"place these modules in LAYERS and docs/ARCHITECTURE.md: {unplaced}"
+    upward = sorted(f"{m} -> {t}" for m, ts in g.items() if m != "tqgguf" for t in ts
+                    if t != "tqgguf" and _layer(t) > _layer(m))
+    assert upward == [], "imports against the layering: " + ", ".join(upward)

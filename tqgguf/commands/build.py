@@ -8,13 +8,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..builder import BuildConfig, PatchError, SourceError, build
+from ..builder.driver import BACKENDS
 from ..builder.source import PIN, prepare_tree
 
 console = Console(stderr=True)
 
 
 @click.command(name="build")
-@click.option("--backend", type=click.Choice(["cpu", "cuda", "metal"]), default="cpu", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default="cpu", show_default=True,
               help="ggml backend to compile in addition to the CPU.")
 @click.option("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES, e.g. 90 for H100/H200.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: all cores).")
