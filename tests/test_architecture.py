@@ -170,3 +170,37 @@ def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_layers():
     upward = sorted(f"{m} -> {t}" for m, ts in g.items() if m != "tqgguf" for t in ts
                     if t != "tqgguf" and _layer(t) > _layer(m))
     assert upward == [], "imports against the layering: " + ", ".join(upward)
+
+
+#: Why each declared dependency is there: the import name tqgguf uses, or who needs it.
+NOT_IMPORTED_BY_TQGGUF = {
+    "scikit-build-core": "builds the llama-cpp-python sdist (pip wheel --no-build-isolation)",
+    "cmake": "builds the engine and the tools",
+    "ninja": "builds the engine and the tools",
+    "typing-extensions": "imported by the llama_cpp wheel we install with --no-deps",
+    "diskcache": "imported by the llama_cpp wheel we install with --no-deps",
+    "jinja2": "imported by the llama_cpp wheel we install with --no-deps",
+}
+
+
+def _declared_dependencies() -> list[str]:
+    import re
+
+    text = (PKG.parent / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
+    return [re.match(r"[A-Za-z0-9_.-]+", s).group(0).lower()
+            for s in re.findall(r'"([^"]+)"', block)]
+
+
+def test_every_declared_dependency_has_a_job():
+    imported = set()
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                imported.add(node.module.split(".")[0])
+    deps = _declared_dependencies()
+    assert "click" in deps and "fastapi" in deps  # the parse found the list
+    idle = [d for d in deps if d not in NOT_IMPORTED_BY_TQGGUF and d.replace("-", "_") not in imported]
+    assert idle == [], f"declared but imported nowhere in tqgguf/: {idle}"
