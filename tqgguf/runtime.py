@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id
-from .engine import EngineError, capture, engine_env, ensure_engine
 from .config import parse_k_center
+from .engine import EngineError, capture, engine_env, ensure_engine
 from .kcenter import engine_value
+
 
 @dataclass
 class KVReport:

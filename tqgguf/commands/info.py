@@ -7,10 +7,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..cachetypes import KV_CACHE_TYPES, EngineNotBuiltError, all_types
 from ..builder import installed_build_info
 from ..builder.driver import BuildConfig, fingerprint
-from ..builder.source import PIN
+from ..cachetypes import KV_CACHE_TYPES, EngineNotBuiltError, all_types
 
 
 def engine_info() -> dict:

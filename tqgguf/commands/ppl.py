@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError, type_info
-from .options import text_option, cache_type_options, flash_attn_option, k_center_option, rotation_option
+from .options import cache_type_options, flash_attn_option, k_center_option, rotation_option, text_option
 
 
 @click.command(name="ppl")

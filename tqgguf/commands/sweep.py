@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from ..cachetypes import CacheTypeError, EngineNotBuiltError
 from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
-from .options import text_option, cache_type_options, k_center_option, rotation_option
+from .options import cache_type_options, k_center_option, rotation_option, text_option
 
 console = Console(stderr=True)
 
