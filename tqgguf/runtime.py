@@ -17,7 +17,7 @@ from pathlib import Path
 from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id
 from .config import parse_k_center
 from .engine import EngineError, capture, engine_env, ensure_engine
-from .kcenter import engine_value
+from . import kcenter
 
 
 @dataclass
@@ -155,7 +155,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     if os.environ.get("LLAMA_K_CENTER") and not _warned_llama_k_center:
         _warn_llama_k_center()
     n_threads = n_threads or os.cpu_count() or 1
-    k_center_env = engine_value(kc, path, n_threads=n_threads)
+    k_center_env = kcenter.engine_value(kc, path, n_threads=n_threads)
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
     mark = capture.mark()
