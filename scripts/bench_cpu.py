@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqgguf.build.driver import tool_path  # noqa: E402
+from tqgguf.builder.driver import tool_path  # noqa: E402
 from tqgguf.models import resolve_model  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def main() -> int:
                 r = json.loads(line)
                 r["cache_type"] = t
                 rows.append(r)
-    print(f"| K=V type | test | t/s |\n|---|---|---|")
+    print("| K=V type | test | t/s |\n|---|---|---|")
     for r in rows:
         test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
         print(f"| {r['cache_type']} | {test} @ d{r['n_depth']} | {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} |")

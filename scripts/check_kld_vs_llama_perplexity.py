@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqgguf.build.driver import tool_path  # noqa: E402
-from tqgguf.build.source import cache_dir  # noqa: E402
+from tqgguf.builder.driver import tool_path  # noqa: E402
+from tqgguf.fsutil import cache_dir, sha256_file_cached  # noqa: E402
 from tqgguf.models import resolve_model  # noqa: E402
-from tqgguf.sweep.runner import default_baseline_path, file_sha256  # noqa: E402
+from tqgguf.sweep.runner import default_baseline_path  # noqa: E402
 from tqgguf.texts import resolve_text  # noqa: E402
 
 CONFIGS = [("q8_0", "turbo4"), ("turbo3", "turbo3")]
@@ -54,7 +54,7 @@ def main() -> int:
                         "--ctk", k, "--ctv", v, "--rot", "on", "-o", str(a.out / "tqgguf")], check=True,
                        stdout=subprocess.DEVNULL)
     rows = {r["key"]: r for r in map(json.loads, (a.out / "tqgguf" / "results.jsonl").read_text().splitlines())}
-    ours_base = default_baseline_path(file_sha256(model), text.sha256, 512, a.chunks)
+    ours_base = default_baseline_path(sha256_file_cached(model), text.sha256, 512, a.chunks)
     lp_base = cache_dir() / "baselines" / f"llama-perplexity-{model.stem}-c512-n{a.chunks}.kld"  # 0.25 GB: not in the repo
     lines = []
     log = subprocess.run([str(tool_path("llama-perplexity")), "-m", str(model), "-f", str(text.path), "-c", "512",

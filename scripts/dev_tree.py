@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqgguf.build.source import PIN, fetch_sdist, native_dir, native_files, series  # noqa: E402
+from tqgguf.builder.source import PIN, fetch_sdist, native_dir, native_files, series  # noqa: E402
 
 
 def git(tree: Path, *args: str) -> str:

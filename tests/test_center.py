@@ -322,13 +322,8 @@ def test_fallback_table_agrees_for_qwen2_and_llama(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- real models
 
 @pytest.fixture(scope="module")
-def qwen():
-    from tqgguf.models import ModelError, resolve_model
-
-    try:
-        return resolve_model("qwen2.5-coder-0.5b", pull_missing=False)
-    except ModelError as e:
-        pytest.skip(str(e))
+def qwen(model_file):
+    return model_file("qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="module")
@@ -404,12 +399,11 @@ def test_qwen_removed_components_are_the_slow_pairs(qwen_readers):
 
 
 @pytest.mark.engine
-def test_llama_cpp_reports_the_pairing(qwen):
+def test_llama_cpp_reports_the_pairing(qwen, model_file):
     from tqgguf.center import ROPE_NEOX, ROPE_NORM, llama_rope_type
-    from tqgguf.models import resolve_model
 
     assert llama_rope_type(qwen) == ROPE_NEOX
-    assert llama_rope_type(resolve_model("smollm2-135m", pull_missing=False)) == ROPE_NORM
+    assert llama_rope_type(model_file("smollm2-135m")) == ROPE_NORM
 
 
 @pytest.mark.engine
@@ -424,13 +418,8 @@ def test_qwen_centered_loads_in_the_engine(qwen_centered):
         eng.close()
 
 
-def test_smollm2_nothing_to_do(tmp_path):
-    from tqgguf.models import ModelError, resolve_model
-
-    try:
-        smol = resolve_model("smollm2-135m", pull_missing=False)
-    except ModelError as e:
-        pytest.skip(str(e))
+def test_smollm2_nothing_to_do(tmp_path, model_file):
+    smol = model_file("smollm2-135m")
     out = tmp_path / "smol-centered.gguf"
     res = run_cli(smol, "-o", out)
     assert res.exit_code == 0, res.output

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import click
 from click.testing import CliRunner
 
 from tqgguf.cachetypes import KV_CACHE_TYPES
@@ -236,3 +237,64 @@ def test_env_command_bad_value_exits_2_with_the_reason():
     r = CliRunner().invoke(main, ["env"], env=_clean_env(TQGGUF_KV_CACHE_TYPE="q9"))
     assert r.exit_code == 2
     assert "TQGGUF_KV_CACHE_TYPE='q9'" in r.output and ", ".join(KV_CACHE_TYPES) in r.output
+
+
+def test_tqgguf_text_is_a_declared_setting_that_texts_reads(tmp_path, monkeypatch):
+    from tqgguf.texts import resolve_text
+
+    f = tmp_path / "t.txt"
+    f.write_text("hello world")
+    env = {"TQGGUF_TEXT": str(f)}
+    assert unknown_variables(env) == []  # `tqgguf env` no longer calls it a typo
+    st = resolve_settings({}, env)
+    assert st.text == f and st.source("text").describe() == f"env TQGGUF_TEXT={str(f)!r}"
+    assert resolve_settings({}, {}).display("text") == "-"
+    monkeypatch.setenv("TQGGUF_TEXT", str(f))
+    t = resolve_text(allow_download=False)
+    assert (t.content, t.label, t.path) == ("hello world", "t.txt (TQGGUF_TEXT)", f)
+    monkeypatch.setenv("TQGGUF_TEXT", str(tmp_path))
+    with pytest.raises(ValueError, match=r"TQGGUF_TEXT=.*is a directory"):
+        resolve_text(allow_download=False)
+    monkeypatch.setenv("TQGGUF_TEXT", str(tmp_path / "missing.txt"))
+    with pytest.raises(FileNotFoundError, match="TQGGUF_TEXT=.*missing.txt does not exist"):
+        resolve_text(allow_download=False)
+
+
+def test_models_dir_precedence_is_the_settings_models_field(tmp_path, monkeypatch):
+    from tqgguf import models
+    from tqgguf.models import ModelError
+
+    monkeypatch.delenv("TQGGUF_MODELS", raising=False)
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path / "cache"))
+    assert models.models_dir() == tmp_path / "cache" / "models" == resolve_settings({}).models
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    assert models.models_dir() == tmp_path / "ollama" == resolve_settings({}).models
+    monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "ours"))
+    assert models.models_dir() == tmp_path / "ours" == resolve_settings({}).models
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "file"))
+    with pytest.raises(ModelError, match="TQGGUF_MODELS=.*not a directory"):
+        models.models_dir()
+
+
+def test_shared_cli_options_are_declared_once_and_validated_by_the_settings_model():
+    from tqgguf.commands import ppl, serve, sweep
+
+    def opts(cmd):
+        return {p.name: (tuple(p.opts), tuple(p.secondary_opts), p.help) for p in cmd.params if isinstance(p, click.Option)}
+
+    p, s, w = opts(ppl.command), opts(serve.command), opts(sweep.command)
+    for name in ("ctk", "ctv", "flash_attn", "rot", "k_center"):
+        assert p[name] == s[name], name
+    for name in ("ctk", "ctv", "k_center"):
+        assert w[name][:2] == p[name][:2], name  # same names; sweep takes comma lists of them
+    assert p["ctk"][0] == ("-ctk", "--ctk", "--cache-type-k")
+    assert "TQGGUF_KV_CACHE_TYPE_K" in p["ctk"][2] and "default f16" in p["ctk"][2]  # help from the model
+    env = _clean_env()
+    for verb in ("ppl", "serve"):
+        r = CliRunner().invoke(main, [verb, "no-such-model.gguf", "--ctk", "q9"], env=env)
+        assert r.exit_code == 2, (verb, r.output)
+        assert "--ctk 'q9': unknown cache type; allowed: f32" in r.output, (verb, r.output)
+        r = CliRunner().invoke(main, [verb, "no-such-model.gguf", "-fa", "off", "--ctv", "turbo4"], env=env)
+        assert r.exit_code == 2 and "flash attention is off (from flag -fa='off')" in r.output, (verb, r.output)

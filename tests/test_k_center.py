@@ -71,23 +71,14 @@ def test_sweep_report_carries_the_k_center():
 
 # ----------------------------------------------------------------------------- engine
 
-def _model(name):
-    from tqgguf.models import ModelError, resolve_model
-
-    try:
-        return resolve_model(name, pull_missing=False)
-    except ModelError as e:
-        pytest.skip(str(e))
+@pytest.fixture(scope="module")
+def smol(model_file):
+    return model_file("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
-def smol():
-    return _model("smollm2-135m")
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    return _model("qwen2.5-coder-0.5b")
+def qwen(model_file):
+    return model_file("qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="module")
@@ -276,10 +267,11 @@ def _shift_and_fresh(model, toks, *, ctk, k_center):
     """Decode 160 tokens, drop positions 16..79 and shift the rest back by 64 (llama.cpp's
     context shift: seq_rm + seq_add, RoPE re-applied by the K-shift graph), decode 16 more.
     Returns their log-probs, and those of a fresh decode of the same 112 tokens."""
-    from tqgguf import runtime
+    from tqgguf.cachetypes import ggml_type_id
+    from tqgguf.engine import engine_env, ensure_engine
     from tqgguf.kcenter import engine_value
 
-    runtime._ensure_engine()
+    ensure_engine()
     import llama_cpp
 
     mparams = llama_cpp.llama_model_default_params()
@@ -289,9 +281,9 @@ def _shift_and_fresh(model, toks, *, ctk, k_center):
         for shifted in (True, False):
             cp = llama_cpp.llama_context_default_params()
             cp.n_ctx, cp.n_batch, cp.n_ubatch = 256, 256, 256
-            cp.type_k = runtime.ggml_type_id(ctk)
+            cp.type_k = ggml_type_id(ctk)
             cp.n_threads = cp.n_threads_batch = 2
-            with runtime.engine_env(k_center=engine_value(k_center, model)):
+            with engine_env(k_center=engine_value(k_center, model)):
                 ctx = llama_cpp.llama_init_from_model(mdl, cp)
             assert ctx
             try:

@@ -20,10 +20,8 @@ pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def smollm2() -> Path:
-    from tqgguf.models import resolve_model
-
-    return resolve_model("smollm2-135m")
+def smollm2(model_file) -> Path:
+    return model_file("smollm2-135m")
 
 
 @pytest.fixture(scope="module")

@@ -113,7 +113,7 @@ def test_head_dims_that_are_whole_blocks_run_with_finite_logits_with_flash_atten
 def test_llama_cpps_own_tools_refuse_a_head_dim_the_block_size_does_not_divide(models):
     """The check lives in libllama, so llama-bench (built by `tqgguf build --tools`) refuses
     head dim 96 with a turbo4 K and flash attention off instead of aborting."""
-    from tqgguf.build.driver import installed_build_info, tool_path
+    from tqgguf.builder.driver import installed_build_info, tool_path
 
     try:
         bench = tool_path("llama-bench")
@@ -333,10 +333,10 @@ def _rot_flags(model, value):
     """attn_rot_k the engine logs for a turbo4 cache with LLAMA_ATTN_ROT_DISABLE=value (raw Llama)."""
     import llama_cpp
 
-    from tqgguf import runtime
+    from tqgguf import engine
 
-    runtime._ensure_engine()
-    mark = runtime._capture.mark()
+    engine.ensure_engine()
+    mark = engine.capture.mark()
     old = os.environ.get("LLAMA_ATTN_ROT_DISABLE")
     os.environ["LLAMA_ATTN_ROT_DISABLE"] = value
     try:
@@ -348,7 +348,7 @@ def _rot_flags(model, value):
             os.environ.pop("LLAMA_ATTN_ROT_DISABLE", None)
         else:
             os.environ["LLAMA_ATTN_ROT_DISABLE"] = old
-    return re.findall(r"attn_rot_k = (\d)", runtime._capture.since(mark))[-1]
+    return re.findall(r"attn_rot_k = (\d)", engine.capture.since(mark))[-1]
 
 
 @pytest.mark.parametrize("value,rot", [("1", "0"), ("true", "0"), ("YES", "0"), ("on", "0"), (" 0 ", "1"),

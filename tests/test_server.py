@@ -52,15 +52,8 @@ def _serve_cmd(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def model_path(require_engine) -> Path:
-    from tqgguf.models import ModelError, resolve_model
-
-    try:
-        return resolve_model(ALIAS)
-    except ModelError as e:  # no network and no cached copy
-        if os.environ.get("TQGGUF_REQUIRE_ENGINE") == "1":
-            pytest.fail(f"SmolLM2 is not available: {e}", pytrace=False)
-        pytest.skip(f"SmolLM2 is not available: {e}")
+def model_path(require_engine, model_file) -> Path:
+    return model_file(ALIAS)
 
 
 class Server:

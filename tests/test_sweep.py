@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tqgguf import quality as K
 from tqgguf.cachetypes import CacheTypeError
 from tqgguf.cli import main as cli
-from tqgguf.sweep import kld as K
 from tqgguf.sweep.grid import BASELINE, expand, parse_rot, parse_types
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,6 +45,21 @@ def is_quantized(name: str) -> bool:
     return check_cache_type(name) not in UNQUANTIZED
 
 
+#: ``-fa`` / ``--flash-attn`` values, as llama.cpp's.
+FLASH_ATTN_MODES: tuple[str, ...] = ("on", "off", "auto")
+#: The one statement of the flash-attention rule (``flash_attn_conflict`` applies it).
+FLASH_ATTN_RULE = ("llama.cpp needs flash attention for a quantized V cache: use -fa on|auto "
+                   "or a V cache type of " + ", ".join(UNQUANTIZED))
+
+
+def flash_attn_conflict(mode: str, ctv: str) -> bool:
+    """True when flash attention ``mode`` ("on", "off", "auto") cannot serve V cache type
+    ``ctv``: ``off`` with a quantized V (llama.cpp stores V transposed without flash
+    attention, which a block-quantized type cannot be). Raises CacheTypeError for an
+    unknown type."""
+    return str(mode).strip().lower() == "off" and is_quantized(ctv)
+
+
 @dataclass(frozen=True)
 class TypeInfo:
     """Facts about one ggml type, read from the built library.

@@ -31,12 +31,14 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .engine import ensure_engine
+from .fsutil import atomic_output
 
 KEY_PREFIX = "tqgguf.k_center."
 FORMAT_VERSION = 1
@@ -135,9 +137,7 @@ def llama_rope_type(path: str | os.PathLike) -> int | None:
     """``llama_model_rope_type`` of the model, from a vocab-only load in the installed
     llama.cpp; None when the engine is not available or refuses the file."""
     try:
-        from . import runtime
-
-        runtime._ensure_engine()  # patched build present; llama.cpp's log goes to the capture
+        ensure_engine()  # patched build present; llama.cpp's log goes to the capture
         import llama_cpp
     except Exception:  # noqa: BLE001 - any failure means: use the table
         return None
@@ -469,15 +469,6 @@ def check_output(src: str | os.PathLike, out: str | os.PathLike, *, force: bool 
     return out
 
 
-def publish(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
-    """Give a finished ``tempfile.mkstemp`` file (mode 0600) the usual mode of a new file
-    (0666 & ~umask) and rename it onto ``out`` atomically. Raises OSError."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, out)
-
-
 def _copy_value(f) -> tuple[Any, Any, Any]:
     """(value, type, sub_type) reproducing a reader field byte for byte."""
     from gguf import GGUFValueType as T
@@ -506,9 +497,7 @@ def write_centered(plan: CenterPlan, out: str | os.PathLike) -> Path:
     reader = plan.reader
     out = Path(out)
     new = {p.tensor: p.new_data for p in plan.layers}
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
+    with atomic_output(out, suffix=".tmp") as tmp:
         w = GGUFWriter(tmp, plan.arch, endianess=reader.endianess)
         w.data_alignment = int(reader.alignment)
         for f in reader.fields.values():
@@ -527,21 +516,5 @@ def write_centered(plan: CenterPlan, out: str | os.PathLike) -> Path:
             assert data.dtype == t.data.dtype and data.nbytes == t.data.nbytes
             w.write_tensor_data(data, tensor_endianess=reader.endianess)
         w.close()
-        publish(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return out
 
-
-def center_gguf(path: str | os.PathLike, out: str | os.PathLike, *, ctx: int | None = None,
-                force: bool = False, dry_run: bool = False) -> CenterPlan:
-    """Plan and (unless ``dry_run`` or nothing to do) write the centered copy."""
-    check_output(path, out, force=force)
-    plan = plan_center(path, ctx)
-    if not dry_run and not plan.nothing_to_do:
-        write_centered(plan, out)
-    return plan

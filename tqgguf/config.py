@@ -29,11 +29,12 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from .cachetypes import KV_CACHE_TYPES, CacheTypeError, check_cache_type, is_quantized
+from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, KV_CACHE_TYPES, CacheTypeError, check_cache_type,
+                         flash_attn_conflict)
+from .fsutil import cache_dir
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
-FLASH_ATTN_MODES = ("on", "off", "auto")
 
 #: Every environment variable tqgguf reads, declared once with its description
 #: (like Ollama's ``envconfig``). ``tqgguf env`` lists them all.
@@ -49,6 +50,7 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
     "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
     "TQGGUF_MODELS": "directory of downloaded models",
+    "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
     "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
     "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",
@@ -290,11 +292,70 @@ def parse_cache_type(value: Any) -> str:
         raise ValueError(f"unknown cache type; allowed: {', '.join(KV_CACHE_TYPES)}") from None
 
 
-def parse_k_center_setting(value: Any) -> str:
-    """A ``--k-center`` value (off, bias, bias:N, calib, calib:FILE; booleans mean bias/off)
-    in canonical form; ValueError (KCenterError) names what is allowed."""
-    from .kcenter import parse_k_center
+K_CENTER_ALLOWED = "off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE"
 
+
+class KCenterError(ValueError):
+    """A bad ``--k-center`` value or a calibration file that does not fit the model."""
+
+
+@dataclass(frozen=True)
+class KCenter:
+    """A parsed ``--k-center`` value.
+
+    mode: "off", "bias", "full" or "calib"; ctx: bias period threshold in tokens (None = the
+    model's training context); path: calib file (None = beside the model).
+    """
+
+    mode: str = "off"
+    ctx: int | None = None
+    path: Path | None = None
+
+    def __str__(self) -> str:
+        if self.mode == "bias" and self.ctx:
+            return f"bias:{self.ctx}"
+        if self.mode == "calib" and self.path:
+            return f"calib:{self.path}"
+        return self.mode
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
+def parse_k_center(value: object) -> KCenter:
+    """Parse a ``--k-center`` value (the modes are described in tqgguf.kcenter); None/"" mean off.
+
+    Raises KCenterError naming the value and the allowed forms.
+    """
+    if value is None or isinstance(value, KCenter):
+        return value or KCenter()
+    if isinstance(value, bool):
+        return KCenter("bias" if value else "off")
+    s = str(value).strip()
+    low = s.lower()
+    if low in ("", "off", "0", "false", "no", "none"):
+        return KCenter()
+    if low in ("bias", "on", "1", "true", "yes"):
+        return KCenter("bias")
+    if low.startswith("bias:"):
+        n = s[5:].strip()
+        if not re.fullmatch(r"\d+", n) or not 1 <= int(n) < 2**32:
+            raise KCenterError(f"{s!r}: the threshold after 'bias:' must be a number of tokens from 1 to "
+                               f"{2**32 - 1}; allowed: {K_CENTER_ALLOWED}")
+        return KCenter("bias", ctx=int(n))
+    if low == "full":
+        return KCenter("full")
+    if low == "calib":
+        return KCenter("calib")
+    if low.startswith("calib:") and s[6:].strip():
+        return KCenter("calib", path=Path(os.path.expanduser(s[6:].strip())))
+    raise KCenterError(f"{s!r} is not a K-center mode; allowed: {K_CENTER_ALLOWED}")
+
+
+def parse_k_center_setting(value: Any) -> str:
+    """A ``--k-center`` value (off, bias, bias:N, full, calib, calib:FILE; booleans mean
+    bias/off) in canonical form; ValueError (KCenterError) names what is allowed."""
     return str(parse_k_center(value))
 
 
@@ -313,9 +374,15 @@ def _port_part(value: Any) -> Any:
 
 
 def default_models_dir() -> Path:
-    """``<TQGGUF_CACHE or ~/.cache/tqgguf>/models`` (the same default as ``tqgguf.models``)."""
-    root = os.environ.get("TQGGUF_CACHE") or os.path.join("~", ".cache", "tqgguf")
-    return Path(os.path.expanduser(root)) / "models"
+    """``<cache>/models``, with ``<cache>`` from tqgguf.fsutil.cache_dir (``TQGGUF_CACHE``)."""
+    return cache_dir() / "models"
+
+
+def _text_file(value: Any) -> Path:
+    p = Path(os.path.expanduser(str(value).strip()))
+    if p.is_dir():
+        raise ValueError("is a directory; allowed: the path of a UTF-8 text file")
+    return p
 
 
 def _models_dir(value: Any) -> Path:
@@ -392,6 +459,9 @@ class Settings(BaseModel):
     models: Annotated[Path, Var((), ("TQGGUF_MODELS", "OLLAMA_MODELS"), _models_dir)] = Field(
         default_factory=default_models_dir, description="directory of downloaded models")
 
+    text: Annotated[Path | None, Var((("text", "-f"),), ("TQGGUF_TEXT",), _text_file)] = Field(
+        None, description="evaluation text of ppl and sweep (unset: WikiText-2 test if found, else a built-in corpus)")
+
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
@@ -429,6 +499,8 @@ class Settings(BaseModel):
     def display(self, name: str) -> str:
         """The value of setting ``name`` as text (durations as ``5m``/``forever``)."""
         v = getattr(self, name)
+        if v is None:
+            return "-"
         if name == "keep_alive":
             return format_duration(v)
         if isinstance(v, bool):
@@ -538,15 +610,35 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
     return settings
 
 
+def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of one setting from the variables and the default alone (no flags), for
+    library code that needs a single setting (e.g. ``setting("models")``).
+
+    Only this setting's variables are read, so a bad value elsewhere cannot break it.
+    Raises KeyError for an unknown name, SettingsError for a bad value (naming the
+    variable, the value and what is allowed).
+    """
+    if name not in Settings.model_fields:
+        raise KeyError(name)
+    environ = os.environ if environ is None else environ
+    for src, raw, parse in candidates(name, {}, environ):
+        try:
+            value = parse(raw)
+        except ValueError as e:
+            raise SettingsError([f"{src.name}={raw!r}: {e}"]) from None
+        if value is not UNSET:
+            return value
+    return Settings.model_fields[name].get_default(call_default_factory=True)
+
+
 def check_settings(settings: Settings) -> None:
     """Check combinations: ``-fa off`` with a quantized V cache (llama.cpp needs flash
     attention for it). Raises SettingsError naming where each value came from."""
-    if settings.flash_attention == "off" and is_quantized(settings.cache_type_v):
+    if flash_attn_conflict(settings.flash_attention, settings.cache_type_v):
         fa_src, v_src = settings.source("flash_attention"), settings.source("cache_type_v")
         raise SettingsError([
             f"flash attention is off (from {fa_src.describe()}) but the V cache type "
-            f"{settings.cache_type_v} (from {v_src.describe()}) is quantized; llama.cpp needs flash "
-            f"attention for a quantized V cache: use -fa on|auto or a V cache type of f16, bf16 or f32"])
+            f"{settings.cache_type_v} (from {v_src.describe()}) is quantized; {FLASH_ATTN_RULE}"])
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -565,3 +657,14 @@ def settings_report(settings: Settings, environ: Mapping[str, str] | None = None
         "variables": {k: {"value": _present(environ, k), "description": d} for k, d in VARIABLES.items()},
         "unknown_variables": unknown_variables(environ),
     }
+
+
+def setting_help(name: str) -> str:
+    """Help text of setting ``name`` for a CLI option, from its declaration: the
+    description, then ``[env VAR, ...; default X]`` (no default part when unset)."""
+    field = Settings.model_fields[name]
+    desc = field.description[:1].upper() + field.description[1:]
+    default = Settings.model_construct().display(name) if field.default_factory is None else str(field.default_factory())
+    parts = ([f"env {', '.join(_var(name).env)}"] if _var(name).env else []) + \
+        ([f"default {default}"] if default != "-" else [])
+    return f"{desc} [{'; '.join(parts)}]."

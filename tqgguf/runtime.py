@@ -8,78 +8,17 @@ caller learns what the engine really did (K/V types, MiB, rotation flags).
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import sys
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cachetypes import (EngineNotBuiltError, check_cache_type, ggml_type_id, is_quantized,
-                         libggml_base)
+from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id
+from .config import parse_k_center
+from .engine import EngineError, capture, engine_env, ensure_engine
+from . import kcenter
 from .enginevars import warn_overrides
-
-FLASH_ATTN_MODES = ("on", "off", "auto")
-
-
-class EngineError(RuntimeError):
-    """llama.cpp refused the model or context; the message carries its error lines."""
-
-
-class LogCapture:
-    """Collects llama.cpp / ggml log text through ``llama_log_set`` (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._buf: list[str] = []
-        self._dropped = 0  # entries trimmed from the front; marks are absolute positions
-        self.echo = False
-        self._cb = None
-
-    def install(self) -> None:
-        import llama_cpp
-
-        @llama_cpp.llama_log_callback
-        def _cb(level, text, user_data):  # noqa: ARG001
-            s = text.decode("utf-8", errors="replace")
-            with self._lock:
-                self._buf.append(s)
-                if len(self._buf) > 20000:
-                    del self._buf[:10000]
-                    self._dropped += 10000
-            if self.echo:
-                sys.stderr.write(s)
-
-        self._cb = _cb  # keep a reference: ctypes callbacks must outlive their use
-        llama_cpp.llama_log_set(_cb, ctypes.c_void_p(0))
-
-    def mark(self) -> int:
-        with self._lock:
-            return self._dropped + len(self._buf)
-
-    def since(self, mark: int) -> str:
-        with self._lock:
-            return "".join(self._buf[max(mark - self._dropped, 0):])
-
-
-_capture = LogCapture()
-_installed = False
-_env_lock = threading.Lock()
-
-
-def _ensure_engine():
-    """Import llama_cpp, check it is the patched build, install the log capture."""
-    global _installed
-    libggml_base()  # raises EngineNotBuiltError for a stock build
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise EngineNotBuiltError(f"llama_cpp cannot be imported ({e}); run `tqgguf build`") from e
-    if not _installed:
-        _capture.install()
-        _installed = True
 
 
 @dataclass
@@ -143,32 +82,9 @@ def resolve_flash_attn(mode: str, ctk: str, ctv: str) -> bool:
     mode = str(mode).strip().lower()
     if mode not in FLASH_ATTN_MODES:
         raise ValueError(f"unknown flash attention mode {mode!r}; allowed: {', '.join(FLASH_ATTN_MODES)}")
-    if mode == "off":
-        if is_quantized(ctv):
-            raise ValueError(f"-fa off cannot be used with a quantized V cache ({ctv}); "
-                             "llama.cpp needs flash attention for it: use -fa on|auto or --ctv f16")
-        return False
-    return True
-
-
-@contextmanager
-def engine_env(*, rotation: bool = True, k_center: str = "off"):
-    """Set the variables the patched llama.cpp reads when it creates a KV cache:
-    ``LLAMA_ATTN_ROT_DISABLE`` (upstream's rotation switch) and ``LLAMA_K_CENTER``
-    (tqgguf's K centering: off, bias[:N], file:PATH; see tqgguf.kcenter). Restores them
-    after; serialised with a lock, since the environment is process-wide."""
-    wanted = {"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center}
-    with _env_lock:
-        old = {k: os.environ.get(k) for k in wanted}
-        os.environ.update(wanted)
-        try:
-            yield
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    if flash_attn_conflict(mode, ctv):
+        raise ValueError(f"-fa off cannot be used with the quantized V cache type {ctv}; {FLASH_ATTN_RULE}")
+    return mode != "off"
 
 
 @dataclass
@@ -223,21 +139,19 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     path = Path(model_path)
     if not path.is_file():
         raise ValueError(f"model file not found: {path}")
-    _ensure_engine()
+    ensure_engine()
     import llama_cpp
-
-    from .kcenter import engine_value, parse_k_center
 
     kc = parse_k_center(k_center)
     n_threads = n_threads or os.cpu_count() or 1
-    k_center_env = engine_value(kc, path, n_threads=n_threads)
+    k_center_env = kcenter.engine_value(kc, path, n_threads=n_threads)
     warn_overrides({"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center_env},
                    {"LLAMA_ATTN_ROT_DISABLE": f"rotation {'on' if rotation else 'off'}",
                     "LLAMA_K_CENTER": f"--k-center {kc}"})
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
-    mark = _capture.mark()
-    _capture.echo = verbose
+    mark = capture.mark()
+    capture.echo = verbose
     try:
         with engine_env(rotation=rotation, k_center=k_center_env):
             llama = llama_cpp.Llama(
@@ -246,12 +160,12 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
                 type_k=ggml_type_id(ctk), type_v=ggml_type_id(ctv), flash_attn=fa,
                 logits_all=logits_all, seed=seed, verbose=verbose, **llama_kwargs)
     except ValueError as e:
-        log = _capture.since(mark)
+        log = capture.since(mark)
         errors = [ln.strip() for ln in log.splitlines()
                   if any(w in ln.lower() for w in ("error", "failed", "does not", "requires", "invalid"))]
         raise EngineError(f"llama.cpp could not open {path.name} with K={ctk} V={ctv}: "
                           + ("; ".join(errors[-4:]) or str(e))) from e
-    report = parse_kv_report(_capture.since(mark))
+    report = parse_kv_report(capture.since(mark))
     if report.k_type and (report.k_type != ctk or report.v_type != ctv):
         llama.close()
         raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested {ctk}/{ctv}")

@@ -1,7 +1,7 @@
 """Evaluation texts: the user's file, WikiText-2 (raw test split) when it can be found, or an
 offline corpus built from Python's bundled documentation.
 
-Search order for WikiText-2 (``resolve_text(None)``): ``$TQGGUF_TEXT``; a cached copy
+Search order (``resolve_text(None)``): the ``text`` setting (``$TQGGUF_TEXT``); a cached copy
 ``<cache>/data/wiki.test.raw``; ``../shared/data/wiki.test.raw`` next to a source checkout;
 a download of the standard ``wikitext-2-raw-v1.zip`` where the network allows (cached).
 Else the built-in corpus: the help topics of ``pydoc_data.topics`` joined in key order.
@@ -15,6 +15,9 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .config import SettingsError, setting
+from .fsutil import atomic_output, cache_dir
 
 WIKITEXT2_TEST_SHA256 = "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08"
 WIKITEXT2_TEST_BYTES = 1290590
@@ -35,8 +38,6 @@ class Text:
 
 
 def _cache_copy() -> Path:
-    from .build.source import cache_dir
-
     return cache_dir() / "data" / "wiki.test.raw"
 
 
@@ -62,10 +63,12 @@ def _download_wikitext(dest: Path, timeout: float = 10.0) -> bool:
         return False
     if hashlib.sha256(data).hexdigest() != WIKITEXT2_TEST_SHA256:
         return False
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".part")
-    tmp.write_bytes(data)
-    tmp.replace(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(dest) as tmp:
+            tmp.write_bytes(data)
+    except OSError:
+        return False  # an unwritable cache: the caller falls back to the built-in corpus
     return True
 
 
@@ -79,8 +82,8 @@ def builtin_corpus() -> str:
 def resolve_text(path: str | os.PathLike | None = None, *, allow_download: bool = True) -> Text:
     """Find the evaluation text (see module docstring).
 
-    Raises FileNotFoundError when an explicit ``path`` does not exist, ValueError when it is
-    not UTF-8 text.
+    Raises FileNotFoundError when an explicit ``path`` or ``$TQGGUF_TEXT`` does not exist,
+    ValueError when it is not UTF-8 text or is a directory.
     """
     if path is not None:
         p = Path(path)
@@ -90,12 +93,17 @@ def resolve_text(path: str | os.PathLike | None = None, *, allow_download: bool 
             return Text(_read(p), f"{p.name} (-f)", p)
         except UnicodeDecodeError as e:
             raise ValueError(f"{p} is not UTF-8 text: {e}") from e
-    env = os.environ.get("TQGGUF_TEXT")
-    if env:
-        p = Path(env)
+    try:
+        p = setting("text")  # the settings model's ``text``: TQGGUF_TEXT
+    except SettingsError as e:
+        raise ValueError(str(e)) from None
+    if p is not None:
         if not p.is_file():
-            raise FileNotFoundError(f"TQGGUF_TEXT={env} does not exist")
-        return Text(_read(p), f"{p.name} (TQGGUF_TEXT)", p)
+            raise FileNotFoundError(f"TQGGUF_TEXT={p} does not exist")
+        try:
+            return Text(_read(p), f"{p.name} (TQGGUF_TEXT)", p)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"TQGGUF_TEXT={p} is not UTF-8 text: {e}") from e
     repo_shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "wiki.test.raw"
     for cand, how in ((_cache_copy(), "cached"), (repo_shared, "shared/data")):
         if _is_wikitext(cand):

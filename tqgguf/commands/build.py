@@ -1,4 +1,4 @@
-"""``tqgguf build``: fetch, patch, compile and install the engine (thin layer over tqgguf.build)."""
+"""``tqgguf build``: fetch, patch, compile and install the engine (thin layer over tqgguf.builder)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +7,15 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..build import BuildConfig, PatchError, SourceError, build
-from ..build.source import PIN, prepare_tree
+from ..builder import BuildConfig, PatchError, SourceError, build
+from ..builder.driver import BACKENDS
+from ..builder.source import PIN, prepare_tree
 
 console = Console(stderr=True)
 
 
 @click.command(name="build")
-@click.option("--backend", type=click.Choice(["cpu", "cuda", "metal"]), default="cpu", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default="cpu", show_default=True,
               help="ggml backend to compile in addition to the CPU.")
 @click.option("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES, e.g. 90 for H100/H200.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: all cores).")

@@ -7,10 +7,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..builder import installed_build_info
+from ..builder.driver import BuildConfig, fingerprint
 from ..cachetypes import KV_CACHE_TYPES, EngineNotBuiltError, all_types
-from ..build import installed_build_info
-from ..build.driver import BuildConfig, fingerprint
-from ..build.source import PIN
 
 
 def engine_info() -> dict:

@@ -7,49 +7,20 @@ from pathlib import Path
 
 import click
 
-from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError, check_cache_type, type_info
-
-
-def cache_type_option(*names, **kw):
-    """A -ctk/-ctv style option whose value is validated against the registry."""
-
-    def convert(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return check_cache_type(value, f"cache type for {param.opts[0]}")
-        except CacheTypeError as e:
-            raise click.BadParameter(str(e), ctx=ctx, param=param) from e
-
-    return click.option(*names, callback=convert, metavar="TYPE", show_default=True,
-                        help=kw.pop("help") + f" One of: {', '.join(KV_CACHE_TYPES)}.", **kw)
-
-
-def fa_option():
-    return click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["on", "off", "auto"]), default=None,
-                        help="Flash attention; a quantized V cache needs it [default: $TQGGUF_FLASH_ATTENTION / auto].")
-
-
-def k_center_option():
-    return click.option("--k-center", "k_center", metavar="MODE", default=None,
-                        help="K centering in the engine: off, bias, bias:N, full, calib or calib:FILE "
-                             "[default: $TQGGUF_K_CENTER / off]; see docs/K_CENTERING.md.")
+from ..cachetypes import EngineNotBuiltError, type_info
+from .options import cache_type_options, flash_attn_option, k_center_option, rotation_option, text_option
 
 
 @click.command(name="ppl")
 @click.argument("model")
-@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Text to evaluate (default: WikiText-2 test if available, else a built-in offline corpus).")
+@text_option()
 @click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True,
               help="n_ctx: tokens per chunk.")
 @click.option("-b", "--batch-size", "n_batch", type=click.IntRange(min=1), default=None, help="n_batch (default min(n_ctx, 512)).")
 @click.option("--chunks", type=click.IntRange(min=1), default=None, help="Maximum number of chunks (default: all).")
-@cache_type_option("-ctk", "--ctk", "--cache-type-k", "ctk", default=None,
-                   help="K cache type [default: $TQGGUF_KV_CACHE_TYPE_K / _TYPE / $OLLAMA_KV_CACHE_TYPE / f16].")
-@cache_type_option("-ctv", "--ctv", "--cache-type-v", "ctv", default=None,
-                   help="V cache type [default: $TQGGUF_KV_CACHE_TYPE_V / _TYPE / $OLLAMA_KV_CACHE_TYPE / f16].")
-@click.option("--rot/--no-rot", default=None, help="Hadamard rotation of Q/K/V [default: $TQGGUF_ATTN_ROTATION / on].")
-@fa_option()
+@cache_type_options()
+@rotation_option()
+@flash_attn_option()
 @k_center_option()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
 @click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True, help="Layers to offload to the GPU.")

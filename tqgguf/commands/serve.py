@@ -6,12 +6,11 @@ bad flag or variable exits with status 2 and a message naming it, a taken port w
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from ..cachetypes import KV_CACHE_TYPES
+from .options import cache_type_options, flash_attn_option, k_center_option, rotation_option
 
 
 def _echo_err(line: str) -> None:
@@ -20,26 +19,16 @@ def _echo_err(line: str) -> None:
 
 @click.command(name="serve")
 @click.argument("model")
-@click.option("-ctk", "--ctk", "--cache-type-k", "ctk", metavar="TYPE", default=None,
-              help=f"K cache type [env TQGGUF_KV_CACHE_TYPE_K, TQGGUF_KV_CACHE_TYPE, OLLAMA_KV_CACHE_TYPE; "
-                   f"default f16]. One of: {', '.join(KV_CACHE_TYPES)}.")
-@click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="TYPE", default=None,
-              help="V cache type [env TQGGUF_KV_CACHE_TYPE_V, TQGGUF_KV_CACHE_TYPE, OLLAMA_KV_CACHE_TYPE; "
-                   "default f16].")
+@cache_type_options()
 @click.option("-c", "--ctx-size", "ctx", metavar="N", default=None,
               help="Context length in tokens, per slot [env TQGGUF_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH; "
                    "default 4096].")
 @click.option("-np", "--parallel", "parallel", metavar="N", default=None,
               help="Parallel slots, each its own context and KV cache [env TQGGUF_NUM_PARALLEL, OLLAMA_NUM_PARALLEL; "
                    "default 1].")
-@click.option("-fa", "--flash-attn", "flash_attn", metavar="on|off|auto", default=None,
-              help="Flash attention [env TQGGUF_FLASH_ATTENTION, OLLAMA_FLASH_ATTENTION; default auto]. "
-                   "A quantized V cache needs it.")
-@click.option("--rot/--no-rot", "rot", default=None,
-              help="Hadamard rotation for quantized caches [env TQGGUF_ATTN_ROTATION; default on].")
-@click.option("--k-center", "k_center", metavar="MODE", default=None,
-              help="K centering in the engine: off, bias, bias:N, full, calib, calib:FILE [env TQGGUF_K_CENTER; "
-                   "default off]. Makes quantized K caches usable on models with a large K bias (Qwen2).")
+@flash_attn_option()
+@rotation_option()
+@k_center_option()
 @click.option("--host", metavar="HOST[:PORT]", default=None,
               help="Listen address: host, :port, host:port, http://host:port [env TQGGUF_HOST, OLLAMA_HOST; "
                    "default 127.0.0.1:11434].")
@@ -82,10 +71,6 @@ def command(model, ctk, ctv, ctx, parallel, flash_attn, rot, k_center, host, por
     from ..runtime import EngineError
     from ..server import ServeConfig, serve
 
-    if settings.source("models").kind != "default":
-        # tqgguf.models reads TQGGUF_MODELS only; hand it the resolved directory (which may
-        # come from OLLAMA_MODELS) for this process
-        os.environ["TQGGUF_MODELS"] = str(settings.models)
     try:
         path = resolve_model(model)
     except ModelError as e:

@@ -9,23 +9,18 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..cachetypes import CacheTypeError, EngineNotBuiltError
-from ..sweep.grid import DEFAULT_K, DEFAULT_V, expand, parse_k_centers, parse_rot, parse_types
+from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
+from .options import cache_type_options, k_center_option, rotation_option, text_option
 
 console = Console(stderr=True)
 
 
 @click.command(name="sweep")
 @click.argument("model", required=False, default="smollm2-135m")
-@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Text (default: -f, $TQGGUF_TEXT, cached/downloaded WikiText-2, else a built-in offline corpus).")
-@click.option("-ctk", "--ctk", "--cache-type-k", "ctk", default=",".join(DEFAULT_K), show_default=True,
-              help="Comma list of K cache types.")
-@click.option("-ctv", "--ctv", "--cache-type-v", "ctv", default=",".join(DEFAULT_V), show_default=True,
-              help="Comma list of V cache types.")
-@click.option("--rot", default="on", show_default=True, help="Rotation: on, off or on,off.")
-@click.option("--k-center", "k_center", default="off", show_default=True,
-              help="K centering axis, a comma list of: off, bias, bias:N, full, calib, calib:FILE "
-                   "(applies to quantized K types only).")
+@text_option()
+@cache_type_options(grid=True)
+@rotation_option(grid=True)
+@k_center_option(grid=True)
 @click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True, help="n_ctx per chunk.")
 @click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Chunks scored per configuration.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -40,9 +35,9 @@ def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, b
     """Run every K x V x rotation x K-center combination (llama-bench style lists) against an f16/f16
     baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
     from ..models import ModelError, resolve_model
-    from ..quality import TextTooShortError
+    from ..quality import BaselineMismatchError, TextTooShortError
     from ..runtime import EngineError
-    from ..sweep import BaselineMismatchError, SweepSpec, run_sweep
+    from ..sweep.runner import SweepSpec, run_sweep
     from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
     from ..texts import resolve_text
     from ..kcenter import engine_value

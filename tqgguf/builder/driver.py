@@ -21,7 +21,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable
 
-from .source import PIN, cache_dir, native_dir, native_files, prepare_tree, sdist_series, series
+from ..fsutil import cache_dir
+from .source import PIN, native_dir, native_files, prepare_tree, sdist_series, series
 
 BACKENDS = ("cpu", "cuda", "metal")
 TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")

@@ -1,0 +1,65 @@
+"""CLI options that several verbs share, declared once.
+
+A single-value option (``ppl``, ``serve``) only collects the raw text: the settings model
+(tqgguf.config) validates it, with the flag > ``TQGGUF_*`` > ``OLLAMA_*`` > default
+precedence, and its help text comes from the setting's declaration. The ``grid`` form
+(``sweep``) takes a comma list of the same values, validated item by item by the same
+parsers (tqgguf.sweep.grid).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cachetypes import FLASH_ATTN_MODES, KV_CACHE_TYPES
+from ..config import setting_help
+from ..sweep.grid import DEFAULT_K, DEFAULT_V
+
+_TYPES = f"One of: {', '.join(KV_CACHE_TYPES)}."
+
+
+def cache_type_options(*, grid: bool = False):
+    """``-ctk/--ctk/--cache-type-k`` (parameter ``ctk``) and ``-ctv/--ctv/--cache-type-v``
+    (``ctv``), llama.cpp's names. grid: comma lists defaulting to the sweep grid."""
+    if grid:
+        k = click.option("-ctk", "--ctk", "--cache-type-k", "ctk", metavar="LIST", default=",".join(DEFAULT_K),
+                         show_default=True, help=f"Comma list of K cache types. {_TYPES}")
+        v = click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="LIST", default=",".join(DEFAULT_V),
+                         show_default=True, help="Comma list of V cache types.")
+    else:
+        k = click.option("-ctk", "--ctk", "--cache-type-k", "ctk", metavar="TYPE", default=None,
+                         help=f"{setting_help('cache_type_k')} {_TYPES}")
+        v = click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="TYPE", default=None,
+                         help=setting_help("cache_type_v"))
+    return lambda f: k(v(f))
+
+
+def flash_attn_option():
+    """``-fa/--flash-attn on|off|auto`` (parameter ``flash_attn``)."""
+    return click.option("-fa", "--flash-attn", "flash_attn", metavar="|".join(FLASH_ATTN_MODES), default=None,
+                        help=setting_help("flash_attention"))
+
+
+def rotation_option(*, grid: bool = False):
+    """``--rot/--no-rot`` (parameter ``rot``); grid: ``--rot on|off|on,off``."""
+    if grid:
+        return click.option("--rot", "rot", metavar="LIST", default="on", show_default=True,
+                            help="Rotation axis: on, off or on,off.")
+    return click.option("--rot/--no-rot", "rot", default=None, help=setting_help("attn_rotation"))
+
+
+def k_center_option(*, grid: bool = False):
+    """``--k-center MODE`` (parameter ``k_center``); grid: a comma list of modes."""
+    if grid:
+        return click.option("--k-center", "k_center", metavar="LIST", default="off", show_default=True,
+                            help="K centering axis, a comma list of: off, bias, bias:N, full, calib, calib:FILE "
+                                 "(applies to quantized K types only); see docs/K_CENTERING.md.")
+    return click.option("--k-center", "k_center", metavar="MODE", default=None,
+                        help=setting_help("k_center") + " See docs/K_CENTERING.md.")
+
+
+def text_option():
+    """``-f/--file TEXT`` (parameter ``text_file``, a Path or None): the evaluation text."""
+    return click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help=setting_help("text"))
