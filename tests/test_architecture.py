@@ -149,7 +149,7 @@ def test_layers_point_one_way(low, forbidden):
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
     ("tqgguf.config", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),               # data, build
-    ("tqgguf.engine",),                                                                 # engine access
+    ("tqgguf.engine", "tqgguf.enginevars"),                                             # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
     ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center"),               # features
     ("tqgguf.cli", "tqgguf.commands", "tqgguf.__main__"),                               # CLI

@@ -77,6 +77,37 @@ def ensure_engine() -> None:
         _installed = True
 
 
+def gpu_offload_error(n_gpu_layers: int) -> str | None:
+    """Why ``-ngl n_gpu_layers`` cannot be honoured by the installed engine, or None.
+
+    0 needs nothing. Otherwise the engine must have a GPU backend (``tqgguf build --backend
+    cuda|metal``) and that backend must see a device; llama.cpp itself would quietly run
+    every layer on the CPU in both cases. Call after :func:`ensure_engine`.
+    """
+    if n_gpu_layers == 0:
+        return None
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        return None
+    from importlib.util import find_spec
+    import json
+    from pathlib import Path
+
+    backend = "cpu"
+    spec = find_spec("llama_cpp")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        f = Path(loc) / "_tqgguf_build.json"
+        if f.exists():
+            backend = json.loads(f.read_text()).get("backend", "cpu")
+    if backend == "cpu":
+        return (f"-ngl {n_gpu_layers} asks for GPU layers, but the installed engine was built for the CPU only: "
+                "build the GPU engine with `tqgguf build --backend cuda` (or metal), or use -ngl 0")
+    return (f"-ngl {n_gpu_layers} asks for GPU layers; the installed engine has the {backend.upper()} backend but "
+            f"found no {backend.upper()} device (driver missing, or CUDA_VISIBLE_DEVICES hides it): "
+            "use -ngl 0 to run on the CPU")
+
+
 @contextmanager
 def engine_env(*, rotation: bool = True, k_center: str = "off"):
     """Set the variables the patched llama.cpp reads when it creates a KV cache:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id
 from .config import parse_k_center
-from .engine import EngineError, capture, engine_env, ensure_engine
+from .engine import EngineError, capture, engine_env, ensure_engine, gpu_offload_error
 from . import kcenter
 from .enginevars import warn_overrides
 
@@ -118,7 +118,8 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         n_ctx: context size in tokens; n_batch/n_ubatch default to min(n_ctx, 512).
         flash_attn: "on" | "off" | "auto".
         rotation: False sets LLAMA_ATTN_ROT_DISABLE=1 while the KV cache is created.
-        n_gpu_layers: layers to offload (-ngl).
+        n_gpu_layers: layers to offload (-ngl; -1 = all). Refused (EngineError) when the engine
+            has no GPU backend or its backend finds no device (llama.cpp would use the CPU).
         logits_all: keep logits of every position (needed for perplexity).
         k_center: K centering, a ``--k-center`` value (off, bias, bias:N, calib,
             calib:FILE; see tqgguf.kcenter). calib computes the vectors first when
@@ -140,6 +141,8 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     if not path.is_file():
         raise ValueError(f"model file not found: {path}")
     ensure_engine()
+    if (why := gpu_offload_error(n_gpu_layers)) is not None:
+        raise EngineError(why)
     import llama_cpp
 
     kc = parse_k_center(k_center)

@@ -27,14 +27,38 @@ def engine_info() -> dict:
          "bits_per_value": round(types[t].bits_per_value, 4)}
         for t in KV_CACHE_TYPES if t in types]
     backend = info.get("backend", "cpu")
+    system_info = llama_cpp.llama_print_system_info().decode().strip()
+    cuda_arch = (info.get("defines") or {}).get("CMAKE_CUDA_ARCHITECTURES") if backend == "cuda" else None
     return {
         "pin": info.get("pin"), "llama_cpp_commit": info.get("llama_cpp_commit"),
         "fingerprint": info.get("fingerprint"),
-        "checkout_fingerprint": fingerprint(BuildConfig(backend=backend)),
+        "checkout_fingerprint": fingerprint(BuildConfig(backend=backend, cuda_arch=cuda_arch)),
         "backends": ["CPU"] + ([backend.upper()] if backend != "cpu" else []),
-        "system_info": llama_cpp.llama_print_system_info().decode().strip(),
+        "system_info": system_info,
+        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "turbo_fa_pairs": turbo_fa_pairs(system_info),
         "kv_cache_types": cache_types, "built_at": info.get("built_at"),
     }
+
+
+_GGML_ENUM_NAMES = {"TURBO4_0": "turbo4", "TURBO3_0": "turbo3", "TURBO2_0": "turbo2"}
+
+
+def turbo_fa_pairs(system_info: str) -> list[str]:
+    """K/V pairs with a turbo side that the GPU backend has a flash-attention vector kernel
+    for, as "K/V" ggml names, read from the backend feature TURBO_FA that the CUDA build
+    reports in llama_print_system_info (native/ggml/src/ggml-cuda/turbo-pairs.h); [] for an
+    engine without it (CPU: every pair runs in the CPU's generic flash attention)."""
+    import re
+
+    m = re.search(r"TURBO_FA = ([A-Z0-9_/ ]+?)\s*(\||$)", system_info)
+    if not m:
+        return []
+    out = []
+    for pair in m.group(1).split():
+        k, v = pair.split("/")
+        out.append(f"{_GGML_ENUM_NAMES.get(k, k.lower())}/{_GGML_ENUM_NAMES.get(v, v.lower())}")
+    return out
 
 
 @click.command(name="info")
@@ -54,6 +78,11 @@ def command(as_json):
     c.print(f"[bold]fingerprint[/] {info['fingerprint'][:16]}{stale}")
     c.print(f"[bold]backends[/]    {', '.join(info['backends'])}")
     c.print(f"[bold]system[/]      {info['system_info']}")
+    if info["turbo_fa_pairs"]:
+        c.print(f"[bold]GPU turbo flash attention[/] (vector kernel; other pairs are converted to f16 on the GPU): "
+                f"{' '.join(info['turbo_fa_pairs'])}")
+    if len(info["backends"]) > 1 and not info["gpu_offload"]:
+        c.print(f"[yellow]no {info['backends'][-1]} device found: -ngl is refused; runs use the CPU with -ngl 0[/]")
     t = Table(title="KV cache types (-ctk / -ctv)")
     for col in ("type", "block size", "bytes/block", "bits/value", "vs f16"):
         t.add_column(col, justify="right" if col != "type" else "left")

@@ -63,3 +63,12 @@ def text_option():
     """``-f/--file TEXT`` (parameter ``text_file``, a Path or None): the evaluation text."""
     return click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                         help=setting_help("text"))
+
+
+def gpu_layers_option():
+    """``-ngl/--n-gpu-layers N`` (parameter ``n_gpu_layers``): layers offloaded to the GPU, as
+    llama.cpp's flag; 0 = CPU only, -1 = all. A GPU request on an engine without a GPU
+    backend, or with no GPU found, is refused by tqgguf.runtime.open_model."""
+    return click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1), default=0,
+                        show_default=True, metavar="N",
+                        help="Layers to offload to the GPU (-1 = all); needs `tqgguf build --backend cuda|metal`.")

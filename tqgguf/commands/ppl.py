@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError, type_info
-from .options import cache_type_options, flash_attn_option, k_center_option, rotation_option, text_option
+from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, rotation_option, text_option
 
 
 @click.command(name="ppl")
@@ -23,7 +23,7 @@ from .options import cache_type_options, flash_attn_option, k_center_option, rot
 @flash_attn_option()
 @k_center_option()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
-@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True, help="Layers to offload to the GPU.")
+@gpu_layers_option()
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the result as JSON to this file.")
 @click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .options import cache_type_options, flash_attn_option, k_center_option, rotation_option
+from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, rotation_option
 
 
 def _echo_err(line: str) -> None:
@@ -36,8 +36,7 @@ def _echo_err(line: str) -> None:
 @click.option("--keep-alive", "keep_alive", metavar="DURATION", default=None,
               help="Idle time before the model unloads: 5m, 1h, 30s, 0, -1 = forever "
                    "[env TQGGUF_KEEP_ALIVE, OLLAMA_KEEP_ALIVE; default 5m].")
-@click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True,
-              help="Layers to offload to the GPU.")
+@gpu_layers_option()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads per slot (default: cores / slots).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")

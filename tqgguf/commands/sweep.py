@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from ..cachetypes import CacheTypeError, EngineNotBuiltError
 from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
-from .options import cache_type_options, k_center_option, rotation_option, text_option
+from .options import cache_type_options, gpu_layers_option, k_center_option, rotation_option, text_option
 
 console = Console(stderr=True)
 
@@ -28,10 +28,12 @@ console = Console(stderr=True)
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="f16 baseline file (llama-perplexity --kl-divergence-base format); default: cached per model/text/n_ctx.")
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@gpu_layers_option()
 @click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags (implied by a budget).")
 @click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")
 @click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent (with --max-kld, both must hold).")
-def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, baseline, threads, recommend, max_kld, max_dppl):
+def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, baseline, threads, n_gpu_layers, recommend,
+            max_kld, max_dppl):
     """Run every K x V x rotation x K-center combination (llama-bench style lists) against an f16/f16
     baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
     from ..models import ModelError, resolve_model
@@ -60,7 +62,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, b
     console.print(f"model: {path.name}  text: {text.label}  n_ctx {n_ctx}, {chunks} chunks, "
                   f"{len(configs)} configurations -> {out_dir}")
     spec = SweepSpec(model=path, text=text, configs=configs, n_ctx=n_ctx, chunks=chunks, out_dir=out_dir,
-                     baseline=baseline, threads=threads)
+                     baseline=baseline, threads=threads, n_gpu_layers=n_gpu_layers)
     t0 = time.time()
     try:
         with Progress(TextColumn("[bold]{task.fields[cfg]}"), TextColumn("config {task.fields[i]}/{task.fields[n]}"),

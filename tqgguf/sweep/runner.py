@@ -41,8 +41,10 @@ class SweepSpec:
     n_gpu_layers: int = 0
 
 
-def default_baseline_path(model_sha: str, text_sha: str, n_ctx: int, chunks: int) -> Path:
-    return cache_dir() / "baselines" / f"{model_sha[:16]}-{text_sha[:12]}-c{n_ctx}-n{chunks}.kld"
+def default_baseline_path(model_sha: str, text_sha: str, n_ctx: int, chunks: int, gpu: bool = False) -> Path:
+    """Where the f16 baseline of (model, text, n_ctx, chunks) is kept; GPU runs (-ngl != 0)
+    get their own file, since the GPU's f16 logits differ from the CPU's (docs/CUDA.md)."""
+    return cache_dir() / "baselines" / f"{model_sha[:16]}-{text_sha[:12]}-c{n_ctx}-n{chunks}{'-gpu' if gpu else ''}.kld"
 
 
 def load_done(results: Path, run_id: str) -> dict[str, dict]:
@@ -92,7 +94,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     if done:
         log(f"resuming: {len(done)} of {len(spec.configs)} configurations already in {results}")
     n_cfg = len(spec.configs)
-    base_path = spec.baseline or default_baseline_path(model_sha, spec.text.sha256, spec.n_ctx, spec.chunks)
+    base_path = spec.baseline or default_baseline_path(model_sha, spec.text.sha256, spec.n_ctx, spec.chunks, spec.n_gpu_layers != 0)
     reader = None
     common = {"run_id": run_id, "model": spec.model.name, "model_sha256": model_sha, "text": spec.text.label,
               "n_ctx": spec.n_ctx}
