@@ -23,7 +23,14 @@ build)
     "$0" parts
     cat "$W"/parts/sdist.tar.gz.part* > "$W/llama_cpp_python-0.3.36.tar.gz"
     cat "$W"/parts/smol.gguf.part* > "$W/SmolLM2-135M-Instruct.Q4_1.gguf"
-    python3 -m pip install -q --no-index --find-links "$W/parts/wheels" --no-build-isolation -e . 2>&1 | grep -v -i warning | tail -3 || true
+    # only what the image lacks (its own numpy, click, rich, httpx, matplotlib, cmake, ninja,
+    # scikit-build-core stay); --no-deps so nothing else is resolved against an index
+    (cd "$W/parts/wheels" && python3 -m pip install -q --no-index --no-deps pydantic-*.whl pydantic_core-*.whl \
+        annotated_types-*.whl typing_inspection-*.whl fastapi-*.whl starlette-*.whl uvicorn-*.whl gguf-*.whl \
+        diskcache-*.whl opentelemetry_api-*.whl annotated_doc-*.whl 2>&1 | grep -v -i warning | tail -3) || true
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | grep -v -i warning | tail -3 || true
+    command -v patch >/dev/null || { echo "no patch(1) on this machine"; exit 1; }
+    python3 -c "import tqgguf.cli, fastapi, uvicorn, gguf, pydantic" || exit 1
     S=$(date +%s)
     TQGGUF_SDIST=$W/llama_cpp_python-0.3.36.tar.gz tqgguf build --backend cuda --cuda-arch 90 2>&1 | tail -5
     echo "tqgguf build --backend cuda: $(( $(date +%s) - S )) s" | tee "$OUT/build-time.txt"
