@@ -10,21 +10,12 @@ row is the yardstick: two backends' arithmetic already differs there.
 """
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Number of equal leading items of two token lists."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def main() -> int:
@@ -48,7 +39,7 @@ def main() -> int:
             if (99, i) in texts and (0, i) in texts:
                 a = vocab.tokenize(texts[(99, i)].encode(), add_bos=False, special=False)
                 b = vocab.tokenize(texts[(0, i)].encode(), add_bos=False, special=False)
-                counts.append(min(common_prefix(a, b), 64))
+                counts.append(min(len(os.path.commonprefix([a, b])), 64))  # lists: item by item
         if counts:
             print(f"| {pair} | {', '.join(map(str, counts))} | {statistics.median(counts):g} |")
     return 0
