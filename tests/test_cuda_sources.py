@@ -79,3 +79,19 @@ def test_gpu_layers_on_an_engine_without_a_gpu_backend_are_refused(model_file):
     assert "built for the CPU only" in r.stderr and "tqgguf build --backend cuda" in r.stderr
     info = json.loads(subprocess.run(["tqgguf", "info", "--json"], capture_output=True, text=True).stdout)
     assert info["gpu_offload"] is False and info["turbo_fa_pairs"] == []
+
+
+def test_backend_cuda_without_nvcc_says_what_is_missing(tmp_path):
+    from tqgguf.builder.driver import missing_toolchain
+
+    env = {"PATH": str(tmp_path)}
+    msg = missing_toolchain("cuda", env, default_dirs=())
+    assert msg is not None and "nvcc" in msg and "CUDACXX" in msg
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    assert missing_toolchain("cuda", env, default_dirs=()) is None
+    assert missing_toolchain("cuda", {"PATH": "/nonexistent", "CUDACXX": str(fake)}, default_dirs=()) is None
+    assert missing_toolchain("cuda", {"PATH": "/nonexistent", "CUDA_PATH": str(tmp_path.parent)}, default_dirs=()) \
+        is not None  # CUDA_PATH/bin/nvcc does not exist there
+    assert missing_toolchain("cpu", {"PATH": "/nonexistent"}, default_dirs=()) is None

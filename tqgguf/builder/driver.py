@@ -133,6 +133,24 @@ def _run_logged(cmd: list[str], log: Path, env: dict, on_line: Callable[[str], N
 NINJA_PROGRESS = re.compile(r"\[(\d+)/(\d+)\]")
 
 
+def missing_toolchain(backend: str, environ: dict | None = None,
+                      default_dirs: tuple[str, ...] = ("/usr/local/cuda/bin",)) -> str | None:
+    """What the machine lacks to compile ``backend``, or None. CUDA needs nvcc: ``CUDACXX``,
+    else ``nvcc`` on PATH, else ``$CUDA_PATH/bin/nvcc`` or ``/usr/local/cuda/bin/nvcc`` (where
+    CMake's CUDA language support looks). Checked before anything is fetched or compiled."""
+    env = os.environ if environ is None else environ
+    if backend != "cuda":
+        return None
+    candidates = [env.get("CUDACXX"), shutil.which("nvcc", path=env.get("PATH")),
+                  str(Path(env["CUDA_PATH"]) / "bin" / "nvcc") if env.get("CUDA_PATH") else None,
+                  *(str(Path(d) / "nvcc") for d in default_dirs)]
+    if any(c and Path(c).is_file() for c in candidates):
+        return None
+    return ("--backend cuda needs the CUDA toolkit's compiler, nvcc, and found none (not CUDACXX, not on PATH, "
+            "not $CUDA_PATH/bin, not /usr/local/cuda/bin): install the CUDA toolkit (e.g. the `cuda-toolkit` "
+            "package of your distribution or NVIDIA's installer) or point CUDACXX at nvcc")
+
+
 def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] = print,
           progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
     """Build and install the patched llama-cpp-python wheel (and tools if asked).
@@ -156,6 +174,8 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     if not force and have and have.get("fingerprint") == fp and tools_ok:
         return BuildResult(fp, True, time.time() - t0, None, tools_dir if cfg.tools else None, log_path)
 
+    if (missing := missing_toolchain(cfg.backend)) is not None:
+        raise RuntimeError(missing)
     log_path.write_text("")
     if shutil.which("ccache") is None:
         log("warning: ccache not found; rebuilds will recompile everything (apt-get install ccache)")
