@@ -115,6 +115,14 @@ def test_keep_alive_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
+@pytest.mark.parametrize("text", ["99999999999h", "876600h1s", 1e300])
+def test_keep_alive_beyond_100_years_is_refused_and_points_at_minus_1(text):
+    """A finite keep-alive that large overflowed the server's expiry timestamps (/api/ps: 500)."""
+    with pytest.raises(ValueError, match="use -1 to keep the model loaded forever"):
+        parse_duration(text)
+    assert parse_duration("876000h") == pytest.approx(876000 * 3600.0)  # 100 years still fine
+
+
 def test_format_duration_round_trips_the_common_forms():
     assert [format_duration(x) for x in (300, 3600, 5400, 30, 0, -1, 0.5)] == \
         ["5m", "1h", "1h30m", "30s", "0s", "forever", "0.5s"]

@@ -24,6 +24,12 @@ def test_parse_k_center(raw, want):
     assert str(parse_k_center(raw)) == want
 
 
+def test_calib_file_must_be_a_gguf_name_so_a_text_is_never_overwritten():
+    with pytest.raises(KCenterError, match="not a text; give it a .gguf name"):
+        parse_k_center("calib:/tmp/notes.txt")
+    assert str(parse_k_center("calib:/tmp/v.GGUF")) == "calib:/tmp/v.GGUF"
+
+
 @pytest.mark.parametrize("raw", ["bias:0", "bias:-3", "bias:x", "bias:", "calib:", "mean", "file:/x"])
 def test_bad_k_center_names_the_allowed_forms(raw):
     with pytest.raises(KCenterError, match="allowed: off, bias, bias:N"):

@@ -149,6 +149,8 @@ def parse_int(value: Any, lo: int, hi: int) -> int:
 
 _DUR_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DUR_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+#: Longest finite keep-alive (100 years): beyond it timers and timestamps overflow.
+MAX_DURATION_S = 100 * 365 * 86400
 DURATION_ALLOWED = ("a duration like 5m, 1h30m, 30s, 500ms, a number of seconds (300), "
                     "0 (unload at once) or a negative value (-1: forever)")
 
@@ -184,6 +186,9 @@ def parse_duration(value: Any) -> float:
             secs = sign * total
     if math.isnan(secs) or (math.isinf(secs) and secs > 0):
         raise ValueError(f"not a duration; allowed: {DURATION_ALLOWED}")
+    if secs > MAX_DURATION_S:
+        raise ValueError(f"{secs:.0f} s is longer than {MAX_DURATION_S // (365 * 86400)} years; "
+                         f"use -1 to keep the model loaded forever. Allowed: {DURATION_ALLOWED}")
     return -1.0 if secs < 0 else secs
 
 
@@ -292,7 +297,8 @@ def parse_cache_type(value: Any) -> str:
         raise ValueError(f"unknown cache type; allowed: {', '.join(KV_CACHE_TYPES)}") from None
 
 
-K_CENTER_ALLOWED = "off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE"
+K_CENTER_ALLOWED = ("off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE.gguf "
+                    "(FILE.gguf: where the calibration vectors are read, or written when missing)")
 
 
 class KCenterError(ValueError):
@@ -349,7 +355,12 @@ def parse_k_center(value: object) -> KCenter:
     if low == "calib":
         return KCenter("calib")
     if low.startswith("calib:") and s[6:].strip():
-        return KCenter("calib", path=Path(os.path.expanduser(s[6:].strip())))
+        path = Path(os.path.expanduser(s[6:].strip()))
+        if path.suffix.lower() != ".gguf":
+            raise KCenterError(f"{s!r}: calib:FILE names the GGUF file that holds the calibration vectors (read "
+                               f"if it exists, written otherwise), not a text; give it a .gguf name. "
+                               f"Allowed: {K_CENTER_ALLOWED}")
+        return KCenter("calib", path=path)
     raise KCenterError(f"{s!r} is not a K-center mode; allowed: {K_CENTER_ALLOWED}")
 
 
