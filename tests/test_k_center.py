@@ -357,5 +357,8 @@ def test_calib_file_in_an_unwritable_place_is_refused_before_any_work(tmp_path):
     model.write_bytes(b"GGUF")
     with pytest.raises(KCenterError, match="not writable"):
         engine_value("calib:/proc/x.k_center.gguf", model)
+    (tmp_path / "dir.gguf").mkdir()
     with pytest.raises(KCenterError, match="is a directory"):
+        engine_value(f"calib:{tmp_path / 'dir.gguf'}", model)
+    with pytest.raises(KCenterError, match="give it a .gguf name"):
         engine_value(f"calib:{tmp_path}", model)
