@@ -11,17 +11,11 @@ def _load_cuda_engine_first() -> None:
     docs/CUDA.md). Loading the engine first keeps one copy in charge. CPU and Metal builds
     are left alone; nothing here raises (a broken install is reported where it is used).
     """
-    import json
-    from importlib.util import find_spec
-    from pathlib import Path
-
     try:
-        spec = find_spec("llama_cpp")
-        for loc in (spec.submodule_search_locations or []) if spec else []:
-            info = Path(loc) / "_tqgguf_build.json"
-            if info.exists() and json.loads(info.read_text()).get("backend") == "cuda":
-                import llama_cpp  # noqa: F401
-                return
+        from .builder import installed_build_info
+
+        if (installed_build_info() or {}).get("backend") == "cuda":
+            import llama_cpp  # noqa: F401
     except Exception:  # noqa: BLE001 - see docstring
         return
 

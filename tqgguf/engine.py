@@ -90,16 +90,9 @@ def gpu_offload_error(n_gpu_layers: int) -> str | None:
 
     if llama_cpp.llama_supports_gpu_offload():
         return None
-    from importlib.util import find_spec
-    import json
-    from pathlib import Path
+    from .builder import installed_build_info
 
-    backend = "cpu"
-    spec = find_spec("llama_cpp")
-    for loc in (spec.submodule_search_locations or []) if spec else []:
-        f = Path(loc) / "_tqgguf_build.json"
-        if f.exists():
-            backend = json.loads(f.read_text()).get("backend", "cpu")
+    backend = (installed_build_info() or {}).get("backend", "cpu")
     if backend == "cpu":
         return (f"-ngl {n_gpu_layers} asks for GPU layers, but the installed engine was built for the CPU only: "
                 "build the GPU engine with `tqgguf build --backend cuda` (or metal), or use -ngl 0")
