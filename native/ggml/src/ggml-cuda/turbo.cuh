@@ -41,19 +41,25 @@ template <ggml_type type> struct ggml_cuda_turbo_traits;
 
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0> {
     typedef block_turbo4_0 block;
-    static constexpr int levels = 16;
+    static constexpr int bits   = 4;  // index width
+    static constexpr int levels = 1 << bits;
+    static_assert(levels == GGML_TURBO4_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo4_c[i]; }
     static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo4_b[i]; }
 };
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO3_0> {
     typedef block_turbo3_0 block;
-    static constexpr int levels = 8;
+    static constexpr int bits   = 3;  // index width
+    static constexpr int levels = 1 << bits;
+    static_assert(levels == GGML_TURBO3_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo3_c[i]; }
     static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo3_b[i]; }
 };
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
     typedef block_turbo2_0 block;
-    static constexpr int levels = 4;
+    static constexpr int bits   = 2;  // index width
+    static constexpr int levels = 1 << bits;
+    static_assert(levels == GGML_TURBO2_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo2_c[i]; }
     static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo2_b[i]; }
 };
@@ -179,6 +185,11 @@ static __device__ __forceinline__ bool ggml_cuda_turbo_gt(const float a, const f
     return r != 0;
 }
 
+// The scale saturates at the fp16 range (never +-inf in the block header), as on the CPU.
+static __device__ __forceinline__ float ggml_cuda_turbo_clamp_scale(const float d) {
+    return d > 65504.0f ? 65504.0f : (d < -65504.0f ? -65504.0f : d);
+}
+
 // Nearest centroid = number of decision boundaries strictly below v (binary search).
 template <ggml_type type>
 static __device__ __forceinline__ int ggml_cuda_turbo_nearest(const float v) {
@@ -287,7 +298,7 @@ static __device__ void quantize_f32_turbo_block(const float * __restrict__ x, ty
         }
     }
     float d = ggml_cuda_turbo_div(best_dot, best_den);
-    d = d > 65504.0f ? 65504.0f : (d < -65504.0f ? -65504.0f : d);  // never +-inf in the header
+    d = ggml_cuda_turbo_clamp_scale(d);
     if (best_k < 0) {
         // the CPU leaves indices 0 and d = 0/1 = 0
         y->d = __float2half_rn(d);
@@ -381,7 +392,7 @@ static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ 
     float s = 0.0f;  // n == 0: every index is the one nearest 0
     if (n != 0.0f) {
         d = ggml_cuda_turbo_div(best_dot, best_den);
-        d = d > 65504.0f ? 65504.0f : (d < -65504.0f ? -65504.0f : d);
+        d = ggml_cuda_turbo_clamp_scale(d);
         s = best_k >= 0 ? ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[best_k]) : 0.0f;
     }
     const bool nan_block = n != 0.0f && best_k < 0;  // the CPU keeps indices 0 and d = 0/1
@@ -512,10 +523,6 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fattn_init() {
     }
 }
 
-template <ggml_type type>
-static constexpr __device__ int ggml_cuda_turbo_bits() {
-    return type == GGML_TYPE_TURBO4_0 ? 4 : (type == GGML_TYPE_TURBO3_0 ? 3 : 2);
-}
 //
 // K.Q: Q stays in float (the kernel's f16-K layout, nthreads threads per K row, each holding
 // 2*cpy_ne consecutive Q values per step); each thread decodes those elements of K and
@@ -549,7 +556,7 @@ static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
 #else
             const float2 q = ((const float2 *) Q_v)[k_KQ_0/nthreads + k];
 #endif // V_DOT2_F32_F16_AVAILABLE
-            const float2 c = ggml_cuda_turbo_lut_K[idx[2*k] | (idx[2*k + 1] << ggml_cuda_turbo_bits<type_K>())];
+            const float2 c = ggml_cuda_turbo_lut_K[idx[2*k] | (idx[2*k + 1] << ggml_cuda_turbo_traits<type_K>::bits)];
             s += c.x * q.x;
             s += c.y * q.y;
         }
@@ -570,7 +577,7 @@ static __device__ __forceinline__ void dequantize_V_turbo(const void * __restric
     if constexpr (std::is_same_v<T, half>) {
 #pragma unroll
         for (int l0 = 0; l0 < ne; l0 += 2) {
-            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_bits<type_V>())];
+            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_traits<type_V>::bits)];
             ((half2 *) dst)[l0/2] = make_half2(d * c.x, d * c.y);
         }
     } else
@@ -578,7 +585,7 @@ static __device__ __forceinline__ void dequantize_V_turbo(const void * __restric
     if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
         for (int l0 = 0; l0 < ne; l0 += 2) {
-            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_bits<type_V>())];
+            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_traits<type_V>::bits)];
             ((float *) dst)[l0 + 0] = d * c.x;
             ((float *) dst)[l0 + 1] = d * c.y;
         }
