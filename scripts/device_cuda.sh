@@ -50,12 +50,7 @@ check)
     g++ -O2 -std=c++17 scripts/cuda/turbo_codec_check.cpp -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN -lggml -lggml-base -lggml-cpu -lggml-cuda -o $BIN/turbo-codec-check
     $BIN/turbo-codec-check 1048576 > "$OUT/codec-check.txt" 2>&1 || true; cat "$OUT/codec-check.txt"
     timeout 500 $BIN/test-backend-ops -b CUDA0 -o SET_ROWS,GET_ROWS,CPY,FLASH_ATTN_EXT -p 'turbo' -j 8 > "$OUT/test-backend-ops.txt" 2>&1 || true
-    for op in SET_ROWS GET_ROWS CPY FLASH_ATTN_EXT; do
-        printf '%-16s OK %5d  FAIL %4d  not supported %4d\n' $op \
-            "$(grep -c "^  $op(.*OK" "$OUT/test-backend-ops.txt")" \
-            "$(grep -c "^  $op(.*FAIL" "$OUT/test-backend-ops.txt")" \
-            "$(grep -c "^  $op(.*not supported" "$OUT/test-backend-ops.txt")"
-    done | tee "$OUT/test-backend-ops-summary.txt"
+    bash scripts/cuda/tbo_summary.sh "$OUT/test-backend-ops.txt" | tee "$OUT/test-backend-ops-summary.txt"
     tail -3 "$OUT/test-backend-ops.txt"
     ;;
 ppl)

@@ -65,10 +65,7 @@ ops)
     T=$(find "$B" -name test-backend-ops -type f -perm -u+x | head -1)
     echo "test-backend-ops built in $(( $(date +%s) - S )) s: $T"
     timeout 300 "$T" -b CUDA0 -o SET_ROWS,GET_ROWS,CPY,FLASH_ATTN_EXT -p turbo -j 8 > "$OUT/test-backend-ops.txt" 2>&1 || true
-    for op in SET_ROWS GET_ROWS CPY FLASH_ATTN_EXT; do
-        printf '%-16s OK %5d  FAIL %4d  not supported %4d\n' $op "$(grep -c "^  $op(.*OK" "$OUT/test-backend-ops.txt")" \
-            "$(grep -c "^  $op(.*FAIL" "$OUT/test-backend-ops.txt")" "$(grep -c "^  $op(.*not supported" "$OUT/test-backend-ops.txt")"
-    done | tee "$OUT/test-backend-ops-summary.txt"
+    bash scripts/cuda/tbo_summary.sh "$OUT/test-backend-ops.txt" | tee "$OUT/test-backend-ops-summary.txt"
     "$T" perf -b CUDA0 -o FLASH_ATTN_EXT -p 'kv=(7680|32768),nb=1,' 2>&1 | sed 's/\x1b\[[0-9;]*m//g' | grep -E "type_K=(f16|q8_0|q4_0|turbo[234])" > "$OUT/fa-perf.txt" || true
     sed -E 's/.*hsk=([0-9]+).*kv=([0-9]+).*type_K=([a-z0-9_]+),type_V=([a-z0-9_]+).* ([0-9.]+) us\/run.*/hd \1 kv \2 \3\/\4 \5 us/' "$OUT/fa-perf.txt"
     ;;
