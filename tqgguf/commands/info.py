@@ -41,9 +41,6 @@ def engine_info() -> dict:
     }
 
 
-_GGML_ENUM_NAMES = {"TURBO4_0": "turbo4", "TURBO3_0": "turbo3", "TURBO2_0": "turbo2"}
-
-
 def turbo_fa_pairs(system_info: str) -> list[str]:
     """K/V pairs with a turbo side that the GPU backend has a flash-attention vector kernel
     for, as "K/V" ggml names, read from the backend feature TURBO_FA that the CUDA build
@@ -54,11 +51,12 @@ def turbo_fa_pairs(system_info: str) -> list[str]:
     m = re.search(r"TURBO_FA = ([A-Z0-9_/ ]+?)\s*(\||$)", system_info)
     if not m:
         return []
-    out = []
-    for pair in m.group(1).split():
-        k, v = pair.split("/")
-        out.append(f"{_GGML_ENUM_NAMES.get(k, k.lower())}/{_GGML_ENUM_NAMES.get(v, v.lower())}")
-    return out
+
+    def name(enum: str) -> str:  # GGML_TYPE_ suffix -> ggml type name: Q8_0 -> q8_0, TURBO4_0 -> turbo4
+        low = enum.lower()
+        return low if low in KV_CACHE_TYPES else low.removesuffix("_0")
+
+    return ["/".join(name(t) for t in pair.split("/")) for pair in m.group(1).split()]
 
 
 @click.command(name="info")
