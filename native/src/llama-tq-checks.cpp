@@ -279,6 +279,9 @@ static bool llama_tq_is_turbo(ggml_type t) {
 
 std::string llama_tq_check_fa_placement(llama_context & ctx, const llama_model & model,
         const llama_memory_context_i * mctx, uint32_t n_seqs) {
+    if (model.devices.empty()) {
+        return "";  // no GPU in use: every layer and its attention are on the CPU; no extra graph to reserve
+    }
     if (!ctx.graph_reserve(n_seqs, n_seqs, n_seqs, mctx, true)) {
         return "could not reserve the graph that checks where flash attention runs";
     }

@@ -38,6 +38,7 @@ std::string llama_tq_check_context_params(const llama_model & model, const llama
 // head dim: ggml's scheduler would silently run it on the CPU); then the reason, naming the
 // layer, the K/V pair, the head dims and both devices. Reserves the probe graph that
 // llama_context::resolve_fused_ops reserves for -fa auto; called when flash attention is on.
+// A model with no GPU device in use returns "" at once (nothing can be scheduled elsewhere).
 std::string llama_tq_check_fa_placement(llama_context & ctx, const llama_model & model,
         const llama_memory_context_i * mctx, uint32_t n_seqs);
 
