@@ -2,7 +2,8 @@
 and the environment variables it reads when a KV cache is created.
 
 The lowest engine layer: ``runtime`` (open a model), ``kcenter`` (calibration) and
-``center`` (RoPE type lookup) build on it; it imports only ``cachetypes``.
+``center`` (RoPE type lookup) build on it; it imports only ``cachetypes`` (and, for
+``gpu_offload_error``, the build record through ``builder``).
 """
 from __future__ import annotations
 
