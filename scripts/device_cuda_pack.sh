@@ -10,7 +10,7 @@ D=.device/cuda
 rm -rf "$D/src" && mkdir -p "$D/pieces" "$D/parts"
 tqgguf build --source-only "$D/src" >/dev/null
 tar -C "$D/src/vendor" --exclude=llama.cpp/docs --exclude=llama.cpp/media --exclude=llama.cpp/models \
-    --exclude=llama.cpp/benches --exclude=llama.cpp/examples --exclude=llama.cpp/tools/ui \
+    --exclude=llama.cpp/benches --exclude=llama.cpp/examples --exclude=llama.cpp/tools/ui/node_modules \
     --exclude=llama.cpp/tools/server/public --exclude=llama.cpp/.git -cJf "$D/tree.tar.xz" llama.cpp
 rm -rf "$D/src"
 ls -la "$D/tree.tar.xz"
