@@ -10,6 +10,7 @@
 #                                          codec check (CUDA bytes == CPU bytes on 1M blocks)
 #   scripts/device_cuda.sh ppl MODEL.gguf  PPL + KLD, CUDA (-ngl 99) and the same binary's CPU
 #   scripts/device_cuda.sh gen MODEL.gguf  greedy 64 tokens, 8 prompts, CUDA vs CPU per K/V pair
+#   scripts/device_cuda.sh kshift MODEL.gguf  context shift with turbo4/q8_0/turbo3 K, CUDA vs CPU (KLD to f16)
 #   scripts/device_cuda.sh fa              FA decode micro-benchmark: µs and GB/s per K/V pair,
 #                                          beside the card's copy bandwidth (same run)
 #   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair
@@ -112,6 +113,14 @@ gen)
     done
     ls "$OUT/gen-$tag" | wc -l
     ;;
+kshift)
+    # context shift with quantized K caches, CUDA and the same binary's CPU (scripts/cuda/kshift_check.cpp)
+    M=$2; tag=$(basename "$M" .gguf)
+    g++ -O2 -std=c++17 scripts/cuda/kshift_check.cpp -I$W/llama.cpp/include -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN \
+        -lllama -lggml -lggml-base -o $BIN/kshift-check
+    { $BIN/kshift-check "$M" $W/parts/wiki.test.raw 99 turbo4 q8_0 turbo3
+      CUDA_VISIBLE_DEVICES= $BIN/kshift-check "$M" $W/parts/wiki.test.raw 0 turbo4 q8_0 turbo3; } 2>&1 | tee "$OUT/kshift-$tag.txt"
+    ;;
 fa)
     $BIN/copy-bandwidth | tee "$OUT/copy-bandwidth.txt"
     $BIN/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT \
@@ -142,5 +151,5 @@ batched)
     done | tee "$OUT/batched-$tag.txt"
     ;;
 *)
-    sed -n 2,19p "$0"; exit 2 ;;
+    sed -n 2,20p "$0"; exit 2 ;;
 esac
