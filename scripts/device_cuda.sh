@@ -15,7 +15,8 @@
 #                                          beside the card's copy bandwidth (same run)
 #   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair
 #   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences
-# ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder).
+# ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder); ppl runs
+# -ngl 99 and 0 (CPU) unless NGLS says otherwise.
 set -euo pipefail
 W=/tmp/tqc
 OUT=${OUT:-$PWD/out}
@@ -71,7 +72,7 @@ ppl)
         printf '%-28s %s | %s | %s\n' "$name" "$(grep -o 'Mean PPL(Q)[^\n]*' "$OUT/$tag-$name.log" | head -1)" \
             "$(grep -o 'Mean    KLD:[^\n]*' "$OUT/$tag-$name.log" | head -1)" "$(grep -o 'Same top p:[^\n]*' "$OUT/$tag-$name.log" | head -1)"
     }
-    for ngl in 99 0; do
+    for ngl in ${NGLS:-99 0}; do
         # the CPU figures come from the same binary with no GPU visible (no op offload either)
         if [ $ngl = 0 ]; then export CUDA_VISIBLE_DEVICES=; fi
         $BIN/llama-perplexity -m "$M" -f "$TXT" -c 512 --chunks 20 -b 512 -ngl $ngl -fa on \
