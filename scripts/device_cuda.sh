@@ -16,7 +16,7 @@
 #   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair
 #   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences
 # ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder); ppl runs
-# -ngl 99 and 0 (CPU) unless NGLS says otherwise.
+# -ngl 99 and 0 (CPU) unless NGLS says otherwise, for the K/V pairs in KVS (default: 8 pairs).
 set -euo pipefail
 W=/tmp/tqc
 OUT=${OUT:-$PWD/out}
@@ -78,11 +78,11 @@ ppl)
         $BIN/llama-perplexity -m "$M" -f "$TXT" -c 512 --chunks 20 -b 512 -ngl $ngl -fa on \
             --kl-divergence-base "$W/$tag-ngl$ngl.kld" > "$OUT/$tag-f16-ngl$ngl.log" 2>&1 || echo "FAILED base $ngl"
         printf '%-28s %s\n' "f16/f16 ngl$ngl" "$(grep -o 'Final estimate: PPL = [^\n]*' "$OUT/$tag-f16-ngl$ngl.log")"
-        for kv in q8_0/q8_0 q8_0/turbo4 turbo4/turbo4 turbo3/turbo3 turbo4/f16 f16/turbo4 q8_0/turbo2 q4_0/q4_0; do
+        for kv in ${KVS:-q8_0/q8_0 q8_0/turbo4 turbo4/turbo4 turbo3/turbo3 turbo4/f16 f16/turbo4 q8_0/turbo2 q4_0/q4_0}; do
             run "${kv/\//-}-ngl$ngl" $ngl "${kv%/*}" "${kv#*/}"
         done
         # the GPU-only KLD offset of rotated caches: the same q8_0 cache without the Hadamard rotation
-        LLAMA_ATTN_ROT_DISABLE=1 run "q8_0-q8_0-norot-ngl$ngl" $ngl q8_0 q8_0
+        [ -n "${KVS:-}" ] || LLAMA_ATTN_ROT_DISABLE=1 run "q8_0-q8_0-norot-ngl$ngl" $ngl q8_0 q8_0
     done | tee "$OUT/$tag-ppl-summary.txt"
     ;;
 gen)
