@@ -172,18 +172,32 @@ def configs_of(ctk: list[str], ctv: list[str], fa: list[str]) -> list[tuple[str,
 
 
 def n_ctx_train(model: Path) -> int:
-    """The model's training context (GGUF ``<arch>.context_length``). Raises BenchError when
-    the file is not a readable GGUF or lacks the key."""
-    from gguf import GGUFReader
+    """The model's training context: GGUF ``<general.architecture>.context_length``, read by
+    llama.cpp with the vocabulary only loaded (no weights; gguf-py's reader takes seconds
+    on the vocabulary arrays). Raises BenchError when llama.cpp cannot read the file or the
+    key is missing."""
+    import llama_cpp
 
+    from .engine import ensure_engine
+
+    ensure_engine()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    m = llama_cpp.llama_model_load_from_file(str(model).encode(), params)
+    if not m:
+        raise BenchError(f"llama.cpp cannot read {model} (not a GGUF model, or truncated)")
     try:
-        r = GGUFReader(model, "r")
-        arch_f = r.fields["general.architecture"]
-        arch = bytes(arch_f.parts[arch_f.data[0]]).decode()
-        f = r.fields[f"{arch}.context_length"]
-        return int(f.parts[f.data[0]][0])
-    except (KeyError, ValueError, IndexError, OSError) as e:
-        raise BenchError(f"cannot read the training context of {model}: {e}") from e
+        buf = ctypes.create_string_buffer(256)
+        vals = []
+        for key in (b"general.architecture", None):
+            if key is None:
+                key = vals[0].encode() + b".context_length"
+            if llama_cpp.llama_model_meta_val_str(m, key, buf, ctypes.sizeof(buf)) < 0:
+                raise BenchError(f"{model} has no {key.decode()} in its GGUF metadata")
+            vals.append(buf.value.decode())
+        return int(vals[1])
+    finally:
+        llama_cpp.llama_model_free(m)
 
 
 def validate(spec: BenchSpec) -> None:
