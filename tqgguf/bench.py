@@ -426,7 +426,7 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
 class _SeqBatch:
     """A llama_batch over buffers we own, for many sequences (batched bench)."""
 
-    def __init__(self, capacity: int, n_seq: int) -> None:
+    def __init__(self, capacity: int) -> None:
         import llama_cpp
 
         self.lc = llama_cpp
@@ -434,10 +434,8 @@ class _SeqBatch:
         self.pos = (ctypes.c_int32 * capacity)()
         self.n_seq_id = (ctypes.c_int32 * capacity)(*([1] * capacity))
         self.seq_vals = (ctypes.c_int32 * capacity)()
-        self.seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)()
-        base = ctypes.addressof(self.seq_vals)
-        for i in range(capacity):
-            self.seq_ptrs[i] = ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32))
+        base = ctypes.addressof(self.seq_vals)  # entry i's seq_id array (of one) is seq_vals[i]
+        self.seq_addr = (ctypes.c_size_t * capacity)(*range(base, base + 4 * capacity, 4))
         self.logits = (ctypes.c_int8 * capacity)()
         self.n = 0
 
@@ -448,11 +446,12 @@ class _SeqBatch:
 
     def view(self, off: int, n: int):
         """llama_batch of entries [off, off + n)."""
-        def at(arr, size):
-            return ctypes.cast(ctypes.addressof(arr) + size * off, ctypes.POINTER(arr._type_))
-        return self.lc.llama_batch(n_tokens=n, token=at(self.token, 4), embd=None, pos=at(self.pos, 4),
-                                   n_seq_id=at(self.n_seq_id, 4), seq_id=at(self.seq_ptrs, ctypes.sizeof(ctypes.c_void_p)),
-                                   logits=at(self.logits, 1))
+        def at(arr, typ):
+            return ctypes.cast(ctypes.addressof(arr) + ctypes.sizeof(typ) * off, ctypes.POINTER(typ))
+        return self.lc.llama_batch(n_tokens=n, token=at(self.token, ctypes.c_int32), embd=None,
+                                   pos=at(self.pos, ctypes.c_int32), n_seq_id=at(self.n_seq_id, ctypes.c_int32),
+                                   seq_id=at(self.seq_addr, ctypes.POINTER(ctypes.c_int32)),
+                                   logits=at(self.logits, ctypes.c_int8))
 
 
 def _run_batched(spec: BenchSpec, engine, cfg, facts: dict, todo: set[tuple[int, int, int]], seed: int,
@@ -469,7 +468,7 @@ def _run_batched(spec: BenchSpec, engine, cfg, facts: dict, todo: set[tuple[int,
         rng = random.Random(seed)
         mem = llama_cpp.llama_get_memory(ctx.ctx)
         cap = max(max(pl * pp for pp, _, pl in b.cases()), n_seq, BATCHED_WARMUP_TOKENS)
-        batch = _SeqBatch(cap, n_seq)
+        batch = _SeqBatch(cap)
 
         def decode_all(sync_each: bool) -> None:
             for off in range(0, batch.n, spec.n_batch):
