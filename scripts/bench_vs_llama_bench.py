@@ -9,8 +9,8 @@ For each K/V pair (and each round) it runs llama-bench (`-o jsonl`) and `tqgguf 
 as separate processes with the same -p/-n/-d/-r/-t/-ngl/-fa/-b/-ub, alternating which goes
 first, then prints every test's t/s from both and the ratio tqgguf / llama-bench, plus the
 load average before and after. llama-bench defaults to `tqgguf build --tools`'s CPU build;
-on a GPU machine pass the CUDA build's llama-bench and `-ngl 99` (the installed engine must be
-the CUDA one then). Prints numbers; asserts nothing (exit 1 only when a run fails).
+with `-ngl 99` it defaults to the CUDA build's (`tqgguf build --backend cuda --tools`; the
+installed engine must be the CUDA one then). Prints numbers; asserts nothing (exit 1 only when a run fails).
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def jsonl(text: str) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llama-bench", type=Path, default=None, help="llama-bench binary (default: tqgguf build --tools, CPU)")
+    ap.add_argument("--llama-bench", type=Path, default=None,
+                    help="llama-bench binary (default: `tqgguf build --tools`'s, tools-cpu, or tools-cuda with -ngl != 0)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--kv", default="f16/f16,q8_0/q8_0,turbo4/turbo4", help="comma list of K/V pairs")
     ap.add_argument("-p", default="64")
@@ -59,7 +60,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="repeat the whole comparison (order alternates)")
     ap.add_argument("--out", type=Path, default=None, help="keep both jsonl outputs here (default: a temp dir)")
     a = ap.parse_args()
-    lb = a.llama_bench or tool_path("llama-bench")
+    lb = a.llama_bench or tool_path("llama-bench", "cpu" if a.ngl == "0" else "cuda")
     model = resolve_model(a.model)
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-vs-"))
     out.mkdir(parents=True, exist_ok=True)
