@@ -76,6 +76,7 @@ def test_each_test_decodes_exactly_its_tokens_after_its_depth(run):
         # after every timed repetition the KV cache holds depth + the test's tokens: the
         # depth was restored (from the saved state after the first repetition) and the
         # test decoded exactly n_prompt or n_gen tokens
+        assert r["n_decoded"] == [r["n_prompt"] + r["n_gen"]] * R
         assert r["n_kv_after"] == [r["n_depth"] + r["n_prompt"] + r["n_gen"]] * R
         assert len(r["samples_ns"]) == R and all(s > 0 for s in r["samples_ns"])
 

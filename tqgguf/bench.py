@@ -306,34 +306,37 @@ class _Decoder:
     def clear(self) -> None:
         self.lc.llama_memory_clear(self.mem, False)
 
-    def prompt(self, n_prompt: int, n_batch: int) -> int:
-        """llama-bench's prompt run: n_prompt random tokens (first BOS when the vocab adds
-        it) decoded after what seq 0 holds, n_batch at a time, one synchronize at the end.
-        Returns the tokens decoded."""
-        toks = (ctypes.c_int32 * n_prompt)(*[self.rng.randrange(self.n_vocab) for _ in range(n_prompt)])
-        if self.add_bos:
+    def tokens(self, n: int, *, first_bos: bool = True):
+        """n random token ids as a ctypes array, the first BOS when the vocabulary adds it
+        (llama-bench's choice), made before the timed region."""
+        toks = (ctypes.c_int32 * n)(*[self.rng.randrange(self.n_vocab) for _ in range(n)])
+        if first_bos and self.add_bos and n:
             toks[0] = self.bos
-        base = ctypes.addressof(toks)
-        done = 0
+        return toks
+
+    def prompt(self, toks, n_batch: int) -> int:
+        """llama-bench's prompt run: the tokens ``toks`` (from :meth:`tokens`) decoded after
+        what seq 0 holds, n_batch at a time (positions follow seq 0, the last token of each
+        batch outputs), one synchronize at the end. Returns the tokens decoded."""
+        n_prompt, base, done = len(toks), ctypes.addressof(toks), 0
         while done < n_prompt:
             n = min(n_prompt - done, n_batch)
-            ptr = ctypes.cast(base + 4 * done, ctypes.POINTER(ctypes.c_int32))
-            self._decode(self.lc.llama_batch_get_one(ptr, n))  # positions follow seq 0; last token outputs
+            self._decode(self.lc.llama_batch_get_one(ctypes.cast(base + 4 * done, ctypes.POINTER(ctypes.c_int32)), n))
             done += n
         self.lc.llama_synchronize(self.ctx)
         return done
 
-    def gen(self, n_gen: int) -> int:
-        """llama-bench's generation run: n_gen single-token decodes after what seq 0 holds,
-        synchronizing after each. Returns the tokens decoded."""
-        nxt = [self.rng.randrange(self.n_vocab) for _ in range(n_gen)]
-        tok = ctypes.c_int32(self.bos if self.add_bos else nxt[0])
+    def gen(self, toks) -> int:
+        """llama-bench's generation run: one decode per token of ``toks`` (from
+        :meth:`tokens`: BOS first when the vocabulary adds it, then random ids) after what
+        seq 0 holds, synchronizing after each. Returns the tokens decoded."""
+        tok = ctypes.c_int32()
         ptr = ctypes.pointer(tok)
-        for i in range(n_gen):
+        for t in toks:
+            tok.value = t
             self._decode(self.lc.llama_batch_get_one(ptr, 1))
             self.lc.llama_synchronize(self.ctx)
-            tok.value = nxt[i]
-        return n_gen
+        return len(toks)
 
 
 def _model_facts(engine) -> dict:
@@ -382,10 +385,10 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
         dec.clear()
         if spec.warmup:
             if t.n_prompt:
-                dec.prompt(t.n_prompt, spec.n_batch)
+                dec.prompt(dec.tokens(t.n_prompt), spec.n_batch)
             if t.n_gen:
-                dec.gen(1)
-        samples_ns, kv_after = [], []
+                dec.gen(dec.tokens(1))
+        samples_ns, kv_after, decoded = [], [], []
         for _ in range(spec.reps):
             dec.clear()
             if t.n_depth:
@@ -394,17 +397,16 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
                     restored = llama_cpp.llama_state_seq_set_data(ctx.ctx, cache.buf, len(cache.buf), 0) != 0
                 if not restored:
                     dec.clear()
-                    dec.prompt(t.n_depth, spec.n_batch)
+                    dec.prompt(dec.tokens(t.n_depth), spec.n_batch)
                     size = llama_cpp.llama_state_seq_get_size(ctx.ctx, 0)
                     buf = (ctypes.c_uint8 * size)()
                     llama_cpp.llama_state_seq_get_data(ctx.ctx, buf, size, 0)
                     cache.depth, cache.buf = t.n_depth, buf
+            toks = dec.tokens(t.n_prompt or t.n_gen)
             t0 = time.perf_counter_ns()
-            if t.n_prompt:
-                dec.prompt(t.n_prompt, spec.n_batch)
-            if t.n_gen:
-                dec.gen(t.n_gen)
+            n = dec.prompt(toks, spec.n_batch) if t.n_prompt else dec.gen(toks)
             samples_ns.append(time.perf_counter_ns() - t0)
+            decoded.append(n)
             kv_after.append(dec.pos_max() + 1)
         report = ctx.report
     finally:
@@ -419,7 +421,7 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
             "n_depth": t.n_depth, "test": t.name,
             "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "avg_ns": int(avg_ns), "stddev_ns": int(sd_ns), "avg_ts": avg_ts, "stddev_ts": sd_ts,
-            "samples_ns": samples_ns, "samples_ts": ts, "n_kv_after": kv_after,
+            "samples_ns": samples_ns, "samples_ts": ts, "n_decoded": decoded, "n_kv_after": kv_after,
             "k_mib": report.k_mib, "v_mib": report.v_mib, "warmup": spec.warmup, "reps": spec.reps}
 
 
