@@ -21,7 +21,7 @@ P, N, D, R = 16, 4, (0, 32), 2  # tiny sizes: SmolLM2 on 2 shared cores
 def _spec(model: Path, out: Path, ctv=("f16", "q8_0"), depths=D, batched=None) -> B.BenchSpec:
     ks, vs, fas = ["f16"], list(ctv), ["auto"]
     return B.BenchSpec(model=model, tests=B.expand(ks, vs, fas, [P], [N], list(depths)),
-                       configs=B.configs_of(ks, vs, fas), reps=R, n_threads=2, out_dir=out, batched=batched)
+                       configs=B.configs_of(ks, vs, fas), reps=R, n_threads=1, out_dir=out, batched=batched)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_the_three_output_formats_have_llama_bench_s_shape(run):
     spec, _, _ = run
     rows = B.run_bench(spec)  # all stored: the rows as they are in results.jsonl now
     args = ["bench", str(spec.model), "-ctk", "f16", "-ctv", "f16,q8_0", "-p", str(P), "-n", str(N),
-            "-d", ",".join(map(str, D)), "-r", str(R), "-t", "2", "--dir", str(spec.out_dir), "--no-plot"]
+            "-d", ",".join(map(str, D)), "-r", str(R), "-t", "1", "--dir", str(spec.out_dir), "--no-plot"]
     md = CliRunner().invoke(cli, args + ["-o", "md"])
     assert md.exit_code == 0, md.output
     lines = [ln for ln in md.stdout.splitlines() if ln.startswith("|")]
