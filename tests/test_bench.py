@@ -199,3 +199,12 @@ def test_bad_input_is_refused_before_any_run(smollm2, tmp_path, extra, code, msg
     assert res.exit_code == code, res.output
     assert msg in res.output
     assert not out.exists()  # nothing ran, nothing written
+
+
+@pytest.mark.engine
+def test_depth_beyond_the_training_context_is_timed_only_when_asked(smollm2, tmp_path):
+    spec = _spec(smollm2, tmp_path / "b", depths=(0, 9000))
+    with pytest.raises(B.BenchError, match="pp16 @ d9000 needs 9016 positions.*--beyond-n-ctx-train"):
+        B.validate(spec)
+    spec.beyond_train = True
+    B.validate(spec)  # accepted (the run itself is llama-bench's, which never checks)

@@ -161,6 +161,7 @@ class BenchSpec:
     batched: BatchedSpec | None = None
     out_dir: Path = Path("bench")
     seed: int = 0
+    beyond_train: bool = False  # allow depth + tokens > n_ctx_train (speed only; llama-bench never checks)
 
     @property
     def results(self) -> Path:
@@ -204,7 +205,8 @@ def validate(spec: BenchSpec) -> None:
     """Every check that can fail before a run, so a bad list fails at once, not after hours.
 
     Raises BenchError for: no tests at all, reps < 1, n_batch/n_ubatch < 1, a test or
-    batched case that needs more positions than the model's n_ctx_train, more parallel
+    batched case that needs more positions than the model's n_ctx_train (unless
+    ``spec.beyond_train``), more parallel
     sequences than llama.cpp allows; ValueError for -fa off with a quantized V;
     EngineError for -ngl on an engine without a usable GPU backend;
     EngineNotBuiltError when the engine is missing.
@@ -222,18 +224,20 @@ def validate(spec: BenchSpec) -> None:
             raise BenchError(f"-fa off with -ctv {v} (K {k}): {FLASH_ATTN_RULE}")
     if not spec.model.is_file():
         raise BenchError(f"model file not found: {spec.model}")
-    train = n_ctx_train(spec.model)
+    train = n_ctx_train(spec.model) if not spec.beyond_train else 1 << 62
     for t in spec.tests:
         if t.n_ctx > train:
             raise BenchError(f"test {t.name} needs {t.n_ctx} positions (depth + tokens), more than the model's "
-                             f"context n_ctx_train = {train}; use -d/-p/-n with depth + tokens <= {train}")
+                             f"context n_ctx_train = {train}; use -d/-p/-n with depth + tokens <= {train}, or "
+                             "--beyond-n-ctx-train to time it anyway (speed only: the model's outputs past its "
+                             "training context mean nothing)")
     if spec.batched is not None:
         import llama_cpp
 
         b = spec.batched
         if max(b.npp) + max(b.ntg) > train:
             raise BenchError(f"--batched: -npp {max(b.npp)} + -ntg {max(b.ntg)} positions per sequence exceed the "
-                             f"model's context n_ctx_train = {train}")
+                             f"model's context n_ctx_train = {train} (--beyond-n-ctx-train times it anyway)")
         ensure_engine()
         most = llama_cpp.llama_max_parallel_sequences()
         if max(b.npl) > most:

@@ -44,9 +44,12 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
               help="--batched: generated tokens per sequence (comma list).")
 @click.option("-npl", "npl", metavar="LIST", default="1,8,32", show_default=True,
               help="--batched: parallel sequences (comma list).")
+@click.option("--beyond-n-ctx-train", "beyond_train", is_flag=True,
+              help="Allow depth + tokens beyond the model's training context (refused by default): for speed "
+                   "only, the model's outputs there mean nothing. llama-bench does not check.")
 @click.option("--no-plot", is_flag=True, help="Do not write bench.png.")
 def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, reps, threads, n_gpu_layers,
-            fmt, out_dir, no_warmup, batched, npp, ntg, npl, no_plot):
+            fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train, no_plot):
     """Tokens per second of MODEL (a GGUF path or a name from `tqgguf models list`) for every
     K x V x fa x depth combination, measured the way llama-bench does (pp and tg tests,
     t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table."""
@@ -71,6 +74,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds),
                                configs=bench.configs_of(ks, vs, fas), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
                                n_threads=threads, n_gpu_layers=n_gpu_layers, warmup=not no_warmup, batched=bspec,
+                               beyond_train=beyond_train,
                                out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
         bench.validate(spec)
     except (CacheTypeError, ValueError, ModelError) as e:
