@@ -52,6 +52,8 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_MODELS": "directory of downloaded models",
     "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
     "TQGGUF_LLAMA_SERVER": "llama-server binary tqgguf serve runs (default: the one `tqgguf build` installed)",
+    "TQGGUF_LLAMA_SERVER_PORT": "loopback port of serve's first llama-server child (0 = a free one; the "
+                                "next models use the following ports)",
     "TQGGUF_MAX_CONTEXT_LENGTH": "largest per-slot context a request's num_ctx may ask for (0 = the model's "
                                  "training context)",
     "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS)",
@@ -488,6 +490,8 @@ class Settings(BaseModel):
 
     llama_server: Annotated[Path | None, Var((), ("TQGGUF_LLAMA_SERVER",), _executable)] = Field(
         None, description="llama-server binary that serve runs (unset: the one `tqgguf build` installed)")
+    llama_server_port: Annotated[int, Var((), ("TQGGUF_LLAMA_SERVER_PORT",), lambda v: parse_int(v, 0, 65535))] = Field(
+        0, description="loopback port of serve's llama-server child (0 = a free one)")
     max_context: Annotated[int, Var((("max_context", "--max-ctx"),), ("TQGGUF_MAX_CONTEXT_LENGTH",),
                                     lambda v: parse_int(v, 0, 1 << 24))] = Field(
         0, description="largest per-slot context a request's options.num_ctx may reload the model with "
