@@ -396,8 +396,10 @@ def create_app(manager: Manager) -> FastAPI:
         payload: dict[str, Any] = {"messages": messages, **sampling}
         payload.update(ol.think_fields(body, name, model.chat_template()))
         payload.update(ol.logprob_fields(body, chat=True))
+        tool_names: set[str] = set()
         if (t := ol.tools(body)) is not None:
             payload["tools"] = t
+            tool_names = {x["function"].get("name") for x in t}
         if (schema := ol.format_schema(body.get("format"))) is not None:
             payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": schema}}
         stream = body.get("stream", True) is not False
@@ -414,8 +416,12 @@ def create_app(manager: Manager) -> FastAPI:
                 out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
                 if msg.get("reasoning_content"):
                     out_msg["thinking"] = msg["reasoning_content"]
-                if msg.get("tool_calls"):
-                    out_msg["tool_calls"] = ol.tool_calls_from_openai(msg["tool_calls"])
+                calls = msg.get("tool_calls") or (ol.tool_calls_from_text(out_msg["content"], tool_names)
+                                                  if tool_names else None)
+                if calls:
+                    out_msg["tool_calls"] = ol.tool_calls_from_openai(calls)
+                    if not msg.get("tool_calls"):
+                        out_msg["content"] = ""
                 res = {"model": name, "created_at": ol.now_rfc3339(), "message": out_msg, "done": True,
                        "done_reason": ol.done_reason(ch.get("finish_reason")),
                        **ol.timings(data.get("timings"), time.monotonic() - t0, load_s)}
@@ -430,6 +436,7 @@ def create_app(manager: Manager) -> FastAPI:
         async def ndjson() -> AsyncIterator[bytes]:
             calls: dict[int, dict] = {}
             finish, tm = None, None
+            held, holding = "", bool(tool_names)  # with tools, text that may be a tool call is held back
             try:
                 try:
                     async for line in resp.aiter_lines():
@@ -451,6 +458,12 @@ def create_app(manager: Manager) -> FastAPI:
                             piece: dict[str, Any] = {}
                             if d.get("content"):
                                 piece["content"] = d["content"]
+                                if holding:
+                                    held += d["content"]
+                                    if held.lstrip()[:1] in ("", "{", "[", "<", "`"):
+                                        piece.pop("content")
+                                    else:
+                                        piece["content"], held, holding = held, "", False
                             if d.get("reasoning_content"):
                                 piece["thinking"] = d["reasoning_content"]
                             lp = ol.logprobs_from_openai(ch.get("logprobs"))
@@ -465,6 +478,14 @@ def create_app(manager: Manager) -> FastAPI:
                 except httpx.TransportError:
                     yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
                     return
+                if held and not calls:
+                    parsed = ol.tool_calls_from_text(held, tool_names)
+                    if parsed:
+                        calls = dict(enumerate(parsed))
+                    else:
+                        yield (json.dumps({"model": name, "created_at": ol.now_rfc3339(),
+                                           "message": {"role": "assistant", "content": held},
+                                           "done": False}) + "\n").encode()
                 if calls:
                     msg = {"role": "assistant", "content": "",
                            "tool_calls": ol.tool_calls_from_openai([calls[i] for i in sorted(calls)])}

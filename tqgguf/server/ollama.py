@@ -233,6 +233,33 @@ def tool_calls_from_openai(calls: list[dict]) -> list[dict]:
     return out
 
 
+def tool_calls_from_text(text: str, tool_names: set[str]) -> list[dict] | None:
+    """Tool calls a model wrote as plain JSON instead of in its template's tool-call
+    syntax (Qwen2.5-Coder answers ``{"name": ..., "arguments": {...}}`` without the
+    ``<tool_call>`` tags its template asks for), as Ollama's tool parser accepts them:
+    one object or a list of objects, optionally in ``<tool_call>`` tags or a ```json
+    fence, each naming one of ``tool_names``. OpenAI-shaped calls, or None."""
+    t = text.strip()
+    for a, b in (("<tool_call>", "</tool_call>"), ("```json", "```"), ("```", "```")):
+        if t.startswith(a) and t.endswith(b) and len(t) >= len(a) + len(b):
+            t = t[len(a):len(t) - len(b)].strip()
+            break
+    if not t.startswith(("{", "[")):
+        return None
+    try:
+        obj = json.loads(t)
+    except ValueError:
+        return None
+    items = obj if isinstance(obj, list) else [obj]
+    calls = []
+    for i, it in enumerate(items):
+        if not (isinstance(it, dict) and it.get("name") in tool_names and isinstance(it.get("arguments", {}), dict)):
+            return None
+        calls.append({"id": f"call_{i}", "type": "function",
+                      "function": {"name": it["name"], "arguments": json.dumps(it.get("arguments", {}))}})
+    return calls or None
+
+
 def logprobs_from_openai(lp: dict | None) -> list[dict] | None:
     if not lp or not lp.get("content"):
         return None
