@@ -341,17 +341,18 @@ def test_deeply_nested_json_and_unknown_routes_are_clean_4xx(srv):
 
 # -- concurrency ---------------------------------------------------------------------------------
 
-WORDS = ["apple", "river", "castle", "tiger", "violin", "pencil", "rocket", "garden"]
+STARTS = [10, 20, 30, 40, 50, 60, 70, 80]
 
 
 def test_eight_streaming_clients_four_requests_each_on_four_slots(srv):
-    def client(word: str) -> list[tuple[int, str]]:
+    def client(n: int) -> list[tuple[int, str]]:
         out = []
         with httpx.Client(base_url=srv.url, timeout=300) as c:
             for _ in range(4):
                 text = ""
                 with c.stream("POST", "/v1/completions", json={
-                        "model": ALIAS, "prompt": " ".join([word] * 8), "max_tokens": 8, "stream": True,
+                        "model": ALIAS, "prompt": ", ".join(str(n + i) for i in range(5)) + ",", "max_tokens": 6,
+                        "stream": True,
                         "temperature": 0}) as r:
                     for line in r.iter_lines():
                         if line.startswith("data: ") and line != "data: [DONE]":
@@ -360,12 +361,12 @@ def test_eight_streaming_clients_four_requests_each_on_four_slots(srv):
         return out
 
     with ThreadPoolExecutor(8) as ex:
-        results = dict(zip(WORDS, ex.map(client, WORDS)))
-    for word, answers in results.items():
+        results = dict(zip(STARTS, ex.map(client, STARTS)))
+    for n, answers in results.items():
+        assert len(answers) == 4
         for status, text in answers:
             assert status == 200
-            assert word in text, (word, text)  # a repeated word continues as itself
-            assert not any(w in text for w in WORDS if w != word), (word, text)
+            assert text.strip().startswith(str(n + 5)), (n, text)  # "40, 41, 42, 43, 44," counts on with 45
     assert srv.health()[0] == 200 and srv.processing() == 0
 
 
@@ -429,7 +430,7 @@ def test_sigterm_stops_serve_and_its_children(model_path, tmp_path):
     kids = _children(s.proc.pid)
     assert len(kids) == 1
     s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=30) == 0
+    assert s.proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after shutting down
     s.stop()
     assert not Path(f"/proc/{kids[0]}").exists() or "Z" in Path(f"/proc/{kids[0]}/stat").read_text().split()[2]
 
