@@ -501,3 +501,45 @@ def test_bad_cli_settings_exit_2_before_loading_the_model(args, env, needle):
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr
     assert "starting llama-server" not in p.stderr and "no-such-model" not in p.stderr
+
+
+# -- the pieces, without a server -----------------------------------------------------------------
+
+
+def test_ollama_options_map_to_llama_server_fields_and_refuse_what_cannot_apply():
+    from tqgguf.server.ollama import RequestError, options
+
+    fields, num_ctx = options({"options": {"temperature": 0, "num_predict": 7, "stop": "x", "num_ctx": 4096}})
+    assert fields["temperature"] == 0 and fields["n_predict"] == 7 and fields["stop"] == ["x"]
+    assert fields["top_p"] == 0.9 and fields["repeat_penalty"] == 1.1  # Ollama's defaults, not llama-server's
+    assert num_ctx == 4096
+    for bad, needle in [({"num_gpu": 1}, "cannot change per request"), ({"temprature": 1}, "unknown option"),
+                        ({"top_k": "40"}, "must be a number"), ({"num_ctx": 0}, "positive integer")]:
+        with pytest.raises(RequestError, match=needle):
+            options({"options": bad})
+
+
+def test_plain_json_tool_calls_are_recognised_only_for_offered_tools():
+    from tqgguf.server.ollama import tool_calls_from_text
+
+    calls = tool_calls_from_text('{"name": "get_weather", "arguments": {"city": "Paris"}}', {"get_weather"})
+    assert calls and calls[0]["function"]["name"] == "get_weather"
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    fenced = tool_calls_from_text('```json\n[{"name": "a", "arguments": {}}, {"name": "b"}]\n```', {"a", "b"})
+    assert [c["function"]["name"] for c in fenced] == ["a", "b"]
+    assert tool_calls_from_text('{"name": "rm_rf", "arguments": {}}', {"get_weather"}) is None
+    assert tool_calls_from_text("The weather is fine.", {"get_weather"}) is None
+
+
+@pytest.mark.engine
+def test_gguf_header_reader_agrees_with_gguf_py(model_path):
+    from gguf import GGUFReader
+
+    from tqgguf.server.runners import read_gguf_metadata
+
+    ours = read_gguf_metadata(model_path)
+    ref = GGUFReader(model_path, "r")
+    for key in ("general.architecture", "llama.context_length", "llama.block_count", "general.file_type",
+                "tokenizer.chat_template", "llama.rope.freq_base"):
+        assert ours[key] == ref.fields[key].contents(), key
+    assert "tokenizer.ggml.tokens" not in ours  # the vocabulary is skipped
