@@ -543,3 +543,19 @@ def test_gguf_header_reader_agrees_with_gguf_py(model_path):
                 "tokenizer.chat_template", "llama.rope.freq_base"):
         assert ours[key] == ref.fields[key].contents(), key
     assert "tokenizer.ggml.tokens" not in ours  # the vocabulary is skipped
+
+
+def test_child_command_line_carries_every_setting():
+    from tqgguf.server.child import ChildSpec
+
+    spec = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_parallel=4,
+                     ctk="q8_0", ctv="turbo4", flash_attn="on", n_gpu_layers=-1, n_threads=3)
+    a = spec.argv(5000)
+    flags = dict(zip(a[1::2], a[2::2]))
+    assert (flags["-c"], flags["-np"], flags["-ctk"], flags["-ctv"], flags["-fa"], flags["-ngl"], flags["-t"]) == \
+        ("4096", "4", "q8_0", "turbo4", "on", "all", "3")  # -c is the total over the slots
+    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "5000" and "-fit" in a and a[a.index("-fit") + 1] == "off"
+    e = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_parallel=4,
+                  embedding=True).argv(5001)
+    assert "--embeddings" in e and e[e.index("-np") + 1] == "1" and e[e.index("-ub") + 1] == "1024"
+    assert e[e.index("--pooling") + 1] == "mean"

@@ -369,25 +369,27 @@ class Manager:
                 src = ("TQGGUF_MAX_CONTEXT_LENGTH" if self.settings.max_context else
                        "the model's training context; raise it with TQGGUF_MAX_CONTEXT_LENGTH")
                 raise ContextTooLarge(f"num_ctx {num_ctx} is above the maximum context {top} for {model.name} ({src})")
-        async with self._lock:
-            key = (str(model.path), kind)
+        key = (str(model.path), kind)
+        fresh = False
+        async with self._lock:  # only the lookup: a model loading does not hold up the others
             r = self.runners.get(key)
             if r is None:
                 await self._make_room(model)
-                n_ctx = max(self.settings.context_length, num_ctx or 0)
-                r = Runner(model, kind, self.config, n_ctx, self._port())
+                r = Runner(model, kind, self.config, max(self.settings.context_length, num_ctx or 0), self._port())
                 self.runners[key] = r
+                fresh = True
+        reloaded = False
+        async with r.lock:  # requests for this model wait here while it loads or reloads
+            if fresh:
                 try:
-                    async with r.lock:
-                        await r.start()
+                    await r.start()
                 except ChildError:
-                    del self.runners[key]
+                    if self.runners.get(key) is r:
+                        del self.runners[key]
                     await r.stop()
                     raise
-                return r, bool(num_ctx and num_ctx > self.settings.context_length)
-        reloaded = False
-        async with r.lock:
-            if num_ctx is not None and num_ctx > r.n_ctx and kind == "chat":
+                reloaded = bool(num_ctx and num_ctx > self.settings.context_length)
+            elif num_ctx is not None and num_ctx > r.n_ctx and kind == "chat" and r.state == "ready":
                 log.info("reloading %s with num_ctx %d (was %d): waiting for %d request(s) to finish",
                          model.name, num_ctx, r.n_ctx, r.active)
                 await r.idle.wait()
@@ -395,8 +397,10 @@ class Manager:
                 r.n_ctx = num_ctx
                 await r.start()
                 reloaded = True
-            elif r.state in ("stopped",):
+            elif r.state == "stopped" and self.runners.get(key) is r:
                 await r.start()
+        if self.runners.get(key) is not r:  # unloaded while this request waited: load it again
+            return await self.runner(model, kind, num_ctx)
         if r.state != "ready":
             raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
         return r, reloaded
