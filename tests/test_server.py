@@ -485,6 +485,17 @@ def test_a_model_llama_server_refuses_gives_its_message_not_a_timeout(tmp_path):
     assert "failed to load model" in p.stderr or "error loading model" in p.stderr
 
 
+@pytest.mark.engine
+def test_gpu_layers_on_a_cpu_only_llama_server_are_refused(model_path):
+    from tqgguf.builder.driver import llama_server_path
+
+    if "tools-cpu" not in str(llama_server_path()):
+        pytest.skip("the llama-server found is not the CPU build")
+    p = subprocess.run(_serve_cmd(str(model_path), "--port", str(_free_port()), "-ngl", "99"), capture_output=True,
+                       text=True, env=_clean_env(), timeout=60)
+    assert p.returncode == 1 and "lists no GPU device" in p.stderr and "starting llama-server" not in p.stderr
+
+
 @pytest.mark.parametrize("args,env,needle", [
     (["--ctk", "q9"], {}, "--ctk 'q9': unknown cache type; allowed: f32"),
     ([], {"TQGGUF_KV_CACHE_TYPE": "turbo5"}, "TQGGUF_KV_CACHE_TYPE='turbo5': unknown cache type"),

@@ -67,7 +67,9 @@ def gpu_devices_error(config: ServeConfig) -> str | None:
                              timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot ask {config.llama_server} for its devices: {e}"
-    devices = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Available devices")]
+    # "Available devices:" then one indented line per device, "  (none)" when there is none
+    listing = out.split("Available devices:", 1)[-1]
+    devices = [ln for ln in listing.splitlines() if ln.strip() and ln.strip() != "(none)"]
     if devices:
         return None
     return (f"-ngl {config.n_gpu_layers} asks for GPU layers, but {config.llama_server} lists no GPU device "
