@@ -159,7 +159,7 @@ def test_openai_response_format_json_schema_validates_and_parse_works(srv):
         population: int
 
     r = srv.oa.chat.completions.parse(model=ALIAS, messages=[{"role": "user", "content": "Describe Paris as JSON."}],
-                                      response_format=City, temperature=0, max_tokens=60)
+                                      response_format=City, temperature=0, max_tokens=100)
     city = r.choices[0].message.parsed
     assert isinstance(city, City) and isinstance(city.population, int)
     jsonschema.validate(json.loads(r.choices[0].message.content), City.model_json_schema())
@@ -562,10 +562,11 @@ def test_child_command_line_carries_every_setting():
     spec = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_parallel=4,
                      ctk="q8_0", ctv="turbo4", flash_attn="on", n_gpu_layers=-1, n_threads=3)
     a = spec.argv(5000)
-    flags = dict(zip(a[1::2], a[2::2]))
-    assert (flags["-c"], flags["-np"], flags["-ctk"], flags["-ctv"], flags["-fa"], flags["-ngl"], flags["-t"]) == \
-        ("4096", "4", "q8_0", "turbo4", "on", "all", "3")  # -c is the total over the slots
-    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "5000" and "-fit" in a and a[a.index("-fit") + 1] == "off"
+    def val(flag: str) -> str:
+        return a[a.index(flag) + 1]
+
+    assert [val(f) for f in ("-c", "-np", "-ctk", "-ctv", "-fa", "-ngl", "-t", "--host", "--port", "-fit")] == \
+        ["4096", "4", "q8_0", "turbo4", "on", "all", "3", "127.0.0.1", "5000", "off"]  # -c: total over the slots
     e = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_parallel=4,
                   embedding=True).argv(5001)
     assert "--embeddings" in e and e[e.index("-np") + 1] == "1" and e[e.index("-ub") + 1] == "1024"

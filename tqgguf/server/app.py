@@ -427,6 +427,7 @@ def create_app(manager: Manager) -> FastAPI:
                        **ol.timings(data.get("timings"), time.monotonic() - t0, load_s)}
                 if (lp := ol.logprobs_from_openai(ch.get("logprobs"))) is not None:
                     res["logprobs"] = lp
+                await stack.aclose()  # the model is free (and keep-alive applied) before the answer goes out
                 return JSONResponse(res, headers=headers)
             resp = await open_stream(r, "/v1/chat/completions", payload=payload)
         except BaseException:
@@ -558,6 +559,7 @@ def create_app(manager: Manager) -> FastAPI:
                            **ol.timings(data.get("timings"), time.monotonic() - t0, load_s))
                 if (lp := ol.logprobs_from_native(data.get("completion_probabilities"))) is not None:
                     res["logprobs"] = lp
+                await stack.aclose()  # the model is free (and keep-alive applied) before the answer goes out
                 return JSONResponse(res, headers=headers)
             resp = await open_stream(r, "/completion", payload=payload)
         except BaseException:
