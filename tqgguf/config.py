@@ -51,6 +51,12 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
     "TQGGUF_MODELS": "directory of downloaded models",
     "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
+    "TQGGUF_LLAMA_SERVER": "llama-server binary tqgguf serve runs (default: the one `tqgguf build` installed)",
+    "TQGGUF_LLAMA_SERVER_PORT": "loopback port of serve's first llama-server child (0 = a free one; the "
+                                "next models use the following ports)",
+    "TQGGUF_MAX_CONTEXT_LENGTH": "largest per-slot context a request's num_ctx may ask for (0 = the model's "
+                                 "training context)",
+    "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS)",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
     "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
     "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",
@@ -58,6 +64,7 @@ VARIABLES: dict[str, str] = {
     "OLLAMA_NUM_PARALLEL": "Ollama's parallel requests; used when TQGGUF_NUM_PARALLEL is unset",
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
     "OLLAMA_MODELS": "Ollama's model directory; used when TQGGUF_MODELS is unset",
+    "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",
     "TQGGUF_REQUIRE_ENGINE": "tests: 1 makes a missing engine a failure instead of a skip",
@@ -396,6 +403,14 @@ def _text_file(value: Any) -> Path:
     return p
 
 
+def _executable(value: Any) -> Path:
+    p = Path(os.path.expanduser(str(value).strip()))
+    if not p.is_file() or not os.access(p, os.X_OK):
+        raise ValueError("is not an executable file; allowed: the path of a llama-server binary "
+                         "(e.g. one built by `tqgguf build`)")
+    return p
+
+
 def _models_dir(value: Any) -> Path:
     p = Path(os.path.expanduser(str(value).strip()))
     if p.exists() and not p.is_dir():
@@ -472,6 +487,18 @@ class Settings(BaseModel):
 
     text: Annotated[Path | None, Var((("text", "-f"),), ("TQGGUF_TEXT",), _text_file)] = Field(
         None, description="evaluation text of ppl and sweep (unset: WikiText-2 test if found, else a built-in corpus)")
+
+    llama_server: Annotated[Path | None, Var((), ("TQGGUF_LLAMA_SERVER",), _executable)] = Field(
+        None, description="llama-server binary that serve runs (unset: the one `tqgguf build` installed)")
+    llama_server_port: Annotated[int, Var((), ("TQGGUF_LLAMA_SERVER_PORT",), lambda v: parse_int(v, 0, 65535))] = Field(
+        0, description="loopback port of serve's llama-server child (0 = a free one)")
+    max_context: Annotated[int, Var((("max_context", "--max-ctx"),), ("TQGGUF_MAX_CONTEXT_LENGTH",),
+                                    lambda v: parse_int(v, 0, 1 << 24))] = Field(
+        0, description="largest per-slot context a request's options.num_ctx may reload the model with "
+                       "(0 = the model's training context)")
+    max_loaded_models: Annotated[int, Var((), ("TQGGUF_MAX_LOADED_MODELS", "OLLAMA_MAX_LOADED_MODELS"),
+                                          lambda v: parse_int(v, 1, 64))] = Field(
+        3, description="models serve keeps loaded at once; the least recently used idle one unloads for another")
 
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
 

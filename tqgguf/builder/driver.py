@@ -26,6 +26,8 @@ from .source import PIN, native_dir, native_files, prepare_tree, sdist_series, s
 
 BACKENDS = ("cpu", "cuda", "metal")
 TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")
+#: Built by every ``tqgguf build`` (``tqgguf serve`` runs it); ``--tools`` adds the rest of TOOL_TARGETS.
+SERVER_TARGET = "llama-server"
 BUILD_INFO_NAME = "_tqgguf_build.json"
 
 
@@ -34,7 +36,8 @@ class BuildConfig:
     """What to build.
 
     backend: "cpu" | "cuda" | "metal". cuda_arch: CMAKE_CUDA_ARCHITECTURES (e.g. "90").
-    jobs: parallel compile jobs (default: all cores). tools: also build TOOL_TARGETS.
+    jobs: parallel compile jobs (default: all cores). tools: build every TOOL_TARGETS entry
+    (without it, only SERVER_TARGET is built next to the engine).
     """
 
     backend: str = "cpu"
@@ -46,6 +49,11 @@ class BuildConfig:
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; allowed: {', '.join(BACKENDS)}")
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The llama.cpp programs this build compiles into ``tools-<backend>/bin``."""
+        return TOOL_TARGETS if self.tools else (SERVER_TARGET,)
 
     def defines(self) -> dict[str, str]:
         """CMake definitions for the engine (also used for the tools build)."""
@@ -169,10 +177,10 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     log_path = root / "build" / f"build-{cfg.backend}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     have = installed_build_info()
-    tools_ok = not cfg.tools or all((tools_dir / "bin" / t).exists() for t in TOOL_TARGETS) and \
+    tools_ok = all((tools_dir / "bin" / t).exists() for t in cfg.targets) and \
         (tools_dir / "fingerprint").exists() and (tools_dir / "fingerprint").read_text() == fp
     if not force and have and have.get("fingerprint") == fp and tools_ok:
-        return BuildResult(fp, True, time.time() - t0, None, tools_dir if cfg.tools else None, log_path)
+        return BuildResult(fp, True, time.time() - t0, None, tools_dir, log_path)
 
     if (missing := missing_toolchain(cfg.backend)) is not None:
         raise RuntimeError(missing)
@@ -206,24 +214,23 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     log(f"installing {wheel.name}")
     _run_logged([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)],
                 log_path, env, lambda _l: None)
-    if cfg.tools:
-        build_tools(cfg, tree, tools_dir, log_path, env, on_line, log)
-        (tools_dir / "fingerprint").write_text(fp)
-    return BuildResult(fp, False, time.time() - t0, wheel, tools_dir if cfg.tools else None, log_path)
+    build_tools(cfg, tree, tools_dir, log_path, env, on_line, log)
+    (tools_dir / "fingerprint").write_text(fp)
+    return BuildResult(fp, False, time.time() - t0, wheel, tools_dir, log_path)
 
 
 def build_tools(cfg: BuildConfig, tree: Path, tools_dir: Path, log_path: Path, env: dict,
                 on_line: Callable[[str], None], log: Callable[[str], None]) -> None:
-    """Configure vendor/llama.cpp standalone and build TOOL_TARGETS into tools_dir/bin."""
+    """Configure vendor/llama.cpp standalone and build ``cfg.targets`` into tools_dir/bin."""
     src = tree / "vendor" / "llama.cpp"
     defines = dict(cfg.defines())
     defines.update({"LLAMA_BUILD_TESTS": "ON", "LLAMA_BUILD_TOOLS": "ON", "LLAMA_BUILD_SERVER": "ON",
                     "LLAMA_CURL": "OFF", "LLAMA_OPENSSL": "OFF", "CMAKE_RUNTIME_OUTPUT_DIRECTORY": str(tools_dir / "bin")})
-    log(f"building tools ({', '.join(TOOL_TARGETS)}) in {tools_dir}")
+    log(f"building tools ({', '.join(cfg.targets)}) in {tools_dir}")
     cmake = shutil.which("cmake") or "cmake"
     _run_logged([cmake, "-S", str(src), "-B", str(tools_dir), "-G", "Ninja"] + [f"-D{k}={v}" for k, v in defines.items()],
                 log_path, env, on_line)
-    _run_logged([cmake, "--build", str(tools_dir), "-j", env["CMAKE_BUILD_PARALLEL_LEVEL"], "--target", *TOOL_TARGETS],
+    _run_logged([cmake, "--build", str(tools_dir), "-j", env["CMAKE_BUILD_PARALLEL_LEVEL"], "--target", *cfg.targets],
                 log_path, env, on_line)
 
 
@@ -234,3 +241,25 @@ def tool_path(name: str, backend: str = "cpu") -> Path:
         raise FileNotFoundError(f"{p} not found; run `tqgguf build --tools`")
     return p
 
+
+
+def llama_server_path(configured: Path | None = None) -> Path:
+    """The llama-server binary ``tqgguf serve`` runs.
+
+    ``configured`` (the ``TQGGUF_LLAMA_SERVER`` setting) wins; otherwise the one built by
+    ``tqgguf build`` for the installed engine's backend, else for any backend (cuda, metal,
+    cpu order). Raises FileNotFoundError telling the user to run ``tqgguf build`` (or set
+    TQGGUF_LLAMA_SERVER) when there is none.
+    """
+    if configured is not None:
+        if not Path(configured).is_file():
+            raise FileNotFoundError(f"TQGGUF_LLAMA_SERVER={configured} does not exist")
+        return Path(configured)
+    installed = (installed_build_info() or {}).get("backend")
+    order = ([installed] if installed else []) + [b for b in ("cuda", "metal", "cpu") if b != installed]
+    for backend in order:
+        p = cache_dir() / "build" / f"tools-{backend}" / "bin" / SERVER_TARGET
+        if p.is_file():
+            return p
+    raise FileNotFoundError(f"no llama-server found (looked in {cache_dir() / 'build'}/tools-*/bin): run `tqgguf build` "
+                            "(it builds llama-server from the patched tree), or point TQGGUF_LLAMA_SERVER at one")

@@ -19,12 +19,14 @@ console = Console(stderr=True)
               help="ggml backend to compile in addition to the CPU.")
 @click.option("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES, e.g. 90 for H100/H200.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: all cores).")
-@click.option("--tools", is_flag=True, help="Also build llama-perplexity, llama-bench, llama-server, test-backend-ops.")
+@click.option("--tools", is_flag=True, help="Also build llama-perplexity, llama-bench, test-backend-ops (llama-server, which "
+                   "`tqgguf serve` runs, is always built).")
 @click.option("--force", is_flag=True, help="Rebuild even if the fingerprint matches the installed engine.")
 @click.option("--source-only", "source_only", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Only write the patched source tree to DIR (to build elsewhere, e.g. on a GPU machine).")
 def command(backend, cuda_arch, jobs, tools, force, source_only):
-    """Build and install the patched llama.cpp engine (llama-cpp-python 0.3.36 sdist).
+    """Build and install the patched llama.cpp engine (llama-cpp-python 0.3.36 sdist) and
+    llama-server from the same patched tree (what `tqgguf serve` runs).
 
     A second run with nothing changed finishes in about a second.
     """
@@ -51,4 +53,4 @@ def command(backend, cuda_arch, jobs, tools, force, source_only):
         console.print(f"built and installed {result.wheel.name if result.wheel else 'engine'} "
                       f"(fingerprint {result.fingerprint[:12]}) in {result.seconds / 60:.1f} min; log: {result.log}")
     if result.tools_dir:
-        console.print(f"tools in {result.tools_dir / 'bin'}")
+        console.print(f"llama-server{' and tools' if tools else ''} in {result.tools_dir / 'bin'}")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..builder import installed_build_info
-from ..builder.driver import BuildConfig, fingerprint
+from ..builder.driver import BuildConfig, fingerprint, llama_server_path
 from ..cachetypes import KV_CACHE_TYPES, EngineNotBuiltError, all_types
 
 
@@ -38,7 +38,18 @@ def engine_info() -> dict:
         "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "turbo_fa_pairs": turbo_fa_pairs(system_info),
         "kv_cache_types": cache_types, "built_at": info.get("built_at"),
+        "llama_server": _llama_server(),
     }
+
+
+def _llama_server() -> str | None:
+    """Path of the llama-server `tqgguf serve` would run (TQGGUF_LLAMA_SERVER or the built one), or None."""
+    from ..config import SettingsError, setting
+
+    try:
+        return str(llama_server_path(setting("llama_server")))
+    except (FileNotFoundError, SettingsError):
+        return None
 
 
 def turbo_fa_pairs(system_info: str) -> list[str]:
@@ -75,6 +86,7 @@ def command(as_json):
     c.print(f"[bold]engine[/]      {info['pin']} (llama.cpp {info['llama_cpp_commit']}), built {info['built_at']}")
     c.print(f"[bold]fingerprint[/] {info['fingerprint'][:16]}{stale}")
     c.print(f"[bold]backends[/]    {', '.join(info['backends'])}")
+    c.print(f"[bold]llama-server[/] {info['llama_server'] or '[yellow]not built: run tqgguf build[/]'}")
     c.print(f"[bold]system[/]      {info['system_info']}")
     if info["turbo_fa_pairs"]:
         c.print(f"[bold]GPU turbo flash attention[/] (vector kernel; other pairs are converted to f16 on the GPU): "

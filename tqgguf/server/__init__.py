@@ -1,19 +1,20 @@
-"""``tqgguf serve``: a GGUF model with turbo KV caches behind OpenAI- and Ollama-compatible APIs.
+"""``tqgguf serve``: GGUF models with turbo KV caches behind OpenAI- and Ollama-compatible APIs.
 
-- ``pool``: N independent llama.cpp contexts (``-np``), each with its own KV cache,
-  handed out per request; keep-alive unloading.
-- ``textgen``: chat templates, context shift, the token loop (stop strings, UTF-8).
-- ``schemas``: strict request validation (4xx with the reason).
-- ``app``: the FastAPI routes.
-- ``run``: bind the port, load, log the effective settings, run uvicorn.
+The engine is llama.cpp's own server, ``llama-server``, built from the same patched tree
+by ``tqgguf build`` (continuous batching over ``-np`` slots, prompt-cache reuse,
+grammar-constrained JSON, tool calling through the chat template, embeddings,
+``/metrics``). tqgguf runs it as a supervised child and fronts it:
 
-The HTTP layer is our own FastAPI app rather than ``llama_cpp.server``: that server keeps
-one Llama behind a lock, so ``-np`` slots, context shift and Ollama routes would all have
-to be bolted on around it.
+- ``child``: one llama-server process: command line, start, readiness, log, stop;
+- ``runners``: which models are loaded (on demand, keep-alive, num_ctx reloads,
+  restarts after a crash, OLLAMA_MAX_LOADED_MODELS);
+- ``ollama``: Ollama's request/response fields to and from llama-server's;
+- ``app``: the FastAPI routes (OpenAI passed through, Ollama translated);
+- ``run``: bind the port, start the default model, log the effective settings, run uvicorn.
 """
 from __future__ import annotations
 
-from .pool import ServeConfig, SlotPool
 from .run import PortError, bind_socket, serve, startup_summary
+from .runners import Manager, ServeConfig
 
-__all__ = ["ServeConfig", "SlotPool", "PortError", "bind_socket", "serve", "startup_summary"]
+__all__ = ["Manager", "ServeConfig", "PortError", "bind_socket", "serve", "startup_summary"]

@@ -1,43 +1,40 @@
-"""The HTTP API of ``tqgguf serve``: OpenAI- and Ollama-compatible routes over a SlotPool.
+"""The HTTP front of ``tqgguf serve``: OpenAI routes passed through to llama-server,
+Ollama routes translated (see ``ollama``), models loaded on demand (see ``runners``).
 
-OpenAI: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
-(``stream``: server-sent events ending with ``data: [DONE]``); errors are
-``{"error": {"message", "type", "param", "code"}}``.
-Ollama: ``GET /api/version``, ``GET /api/tags``, ``GET /api/ps``, ``POST /api/show``,
-``POST /api/generate``, ``POST /api/chat`` (``stream`` defaults to true: NDJSON, one
-object per line, the last with ``done: true`` and the timings in nanoseconds); errors are
-``{"error": "message"}``. ``GET /health`` reports slots and load state.
+OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
+``/v1/models``, ``/metrics``): the request body goes to the model's llama-server
+unchanged and its answer (streamed or not, errors included) comes back unchanged, so
+tools, ``response_format``/json_schema, logprobs and ``n`` behave as llama-server has
+them. The ``model`` field picks the model (absent: the one ``serve`` was started with).
 
-Every request is validated before it takes a slot (see ``schemas``); a bad one gets a 4xx
-with the reason and the server keeps serving. A prompt longer than the slot's context is
-shortened (``textgen`` context shift) and the response carries the header
-``X-Tqgguf-Context-Shift`` saying what was dropped; ``X-Tqgguf-Max-Tokens`` gives the
-token limit actually applied (requests above what is left of the context are clamped).
+Ollama (``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
+``/api/show``, ``/api/tags``, ``/api/ps``, ``/api/version``; ``HEAD /``, ``/api/tags``,
+``/api/version`` as Ollama answers them): errors are ``{"error": "message"}``.
+
+``GET /health``: 200 ``{"status": "ok"}`` while the default model's llama-server serves
+or is unloaded by keep-alive; 503 with ``"restarting"`` / ``"error"`` and the reason
+after a child died. A child dying mid-request gives that request a 502 (or, once a
+stream has started, a final error event), and the runner restarts it.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import datetime as dt
-import hashlib
 import json
 import logging
-import threading
+import math
 import time
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any, AsyncIterator
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .pool import SlotPool
-from .schemas import (ChatCompletionRequest, CompletionRequest, OllamaChatRequest, OllamaGenerateRequest,
-                      OllamaShowRequest, RequestError, parse_body)
-from .textgen import (Job, Prompt, PromptTooLongError, Result, Sampling, answer_reserve, clamp_max_new, fit_chat,
-                      fit_tokens)
+from . import ollama as ol
+from .child import ChildError
+from .ollama import RequestError
+from .runners import ContextTooLarge, Manager, ModelFile, ModelNotFound, Runner, Unavailable
+
 
 def _version() -> str:
     try:
@@ -49,471 +46,613 @@ def _version() -> str:
 
 
 TQGGUF_VERSION = _version()
-
-#: The Ollama API level these routes follow; clients gate features on /api/version.
-OLLAMA_API_VERSION = "0.12.0"
-
 log = logging.getLogger("tqgguf.server")
 
-OPENAI_DEFAULTS = Sampling(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0)
-OLLAMA_DEFAULTS = Sampling(temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, repeat_penalty=1.1)
 
-
-def _now_rfc3339(offset_s: float = 0.0) -> str:
-    t = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=offset_s)
-    return t.isoformat().replace("+00:00", "Z")
-
-
-def _ftype_name(code: str | None) -> str:
-    try:
-        import llama_cpp
-
-        want = int(code)  # type: ignore[arg-type]
-        for k in dir(llama_cpp):
-            if k.startswith("LLAMA_FTYPE_MOSTLY_") and getattr(llama_cpp, k) == want:
-                return k.removeprefix("LLAMA_FTYPE_MOSTLY_")
-        if want == 0:
-            return "F32"
-    except (TypeError, ValueError, ImportError):
-        pass
-    return "unknown"
-
-
-@dataclass
-class ModelCard:
-    """What the model routes say about the served model."""
-
-    alias: str
-    path: Path
-    size: int
-    modified: float
-    digest: str
-    family: str
-    parameter_size: str
-    quantization_level: str
-    metadata: dict[str, str] = field(repr=False, default_factory=dict)
-
-    @classmethod
-    def build(cls, alias: str, path: Path, metadata: dict[str, str]) -> "ModelCard":
-        st = path.stat()
-        # identifies the file version (path, size, mtime); not a content hash, which
-        # would mean reading the whole file at startup
-        digest = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-        arch = metadata.get("general.architecture", "unknown")
-        return cls(alias=alias, path=path, size=st.st_size, modified=st.st_mtime, digest=digest, family=arch,
-                   parameter_size=metadata.get("general.size_label", ""),
-                   quantization_level=_ftype_name(metadata.get("general.file_type")), metadata=metadata)
-
-    @property
-    def tag(self) -> str:
-        return self.alias if ":" in self.alias else f"{self.alias}:latest"
-
-    def names(self) -> set[str]:
-        """Names a request may use for this model (case-insensitive)."""
-        stem = self.path.stem
-        return {n.lower() for n in (self.alias, self.tag, self.path.name, stem, f"{stem}:latest")}
-
-    def details(self) -> dict[str, Any]:
-        return {"parent_model": "", "format": "gguf", "family": self.family, "families": [self.family],
-                "parameter_size": self.parameter_size, "quantization_level": self.quantization_level}
-
-
-class _State:
-    def __init__(self, pool: SlotPool, card: ModelCard):
-        self.pool, self.card = pool, card
-
-
-def _openai_error(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    if status == 404:
-        kind = "not_found_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+class ChildGone(RuntimeError):
+    """The model's llama-server went away during a request."""
 
 
 def _is_ollama(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
 
-def create_app(pool: SlotPool, card: ModelCard) -> FastAPI:
-    """The FastAPI app serving ``card``'s model through ``pool`` (already loaded)."""
-    state = _State(pool, card)
+def _openai_error(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
+    kind = {404: "not_found_error", 502: "server_error", 503: "unavailable_error"}.get(
+        status, "invalid_request_error" if status < 500 else "server_error")
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code or status}},
+                        status_code=status)
+
+
+def _error(request: Request, status: int, message: str, code: str | None = None,
+           param: str | None = None) -> JSONResponse:
+    if _is_ollama(request):
+        return JSONResponse({"error": message}, status_code=status)
+    return _openai_error(status, message, code, param)
+
+
+def _upstream_message(data: bytes) -> str:
+    try:
+        j = json.loads(data)
+        e = j.get("error", j)
+        return e.get("message", str(e)) if isinstance(e, dict) else str(e)
+    except (ValueError, AttributeError):
+        return data.decode("utf-8", errors="replace")[:500]
+
+
+def _gone_message(r: Runner) -> str:
+    code = r.child.returncode() if r.child else None
+    from .child import describe_exit
+
+    what = describe_exit(code) if code is not None else "connection lost"
+    return (f"llama-server for {r.model.name} exited during the request ({what}); "
+            "tqgguf serve is restarting it (see /health)")
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        raise RequestError(400, "the request body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise RequestError(400, "the JSON body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+
+
+def _sse_data(line: str) -> dict | None:
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if not payload or payload == "[DONE]":
+        return None
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
+
+
+def create_app(manager: Manager) -> FastAPI:
+    """The FastAPI app over ``manager`` (whose default model is already loaded)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        pool.bind_loop(asyncio.get_running_loop())
-        reaper = asyncio.create_task(pool.reaper())
         try:
             yield
         finally:
-            reaper.cancel()
-            pool.close()
+            await manager.shutdown()
 
-    app = FastAPI(title="tqgguf serve", version=TQGGUF_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.tqgguf = state
+    app = FastAPI(title="tqgguf serve", version=TQGGUF_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.manager = manager
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):
-        if _is_ollama(request):
-            return JSONResponse({"error": exc.message}, status_code=exc.status)
-        return _openai_error(exc.status, exc.message, exc.code, exc.param)
+        return _error(request, exc.status, exc.message, exc.code, exc.param)
+
+    @app.exception_handler(ModelNotFound)
+    async def _not_found(request: Request, exc: ModelNotFound):
+        return _error(request, 404, str(exc), "model_not_found", "model")
+
+    @app.exception_handler(ContextTooLarge)
+    async def _too_large(request: Request, exc: ContextTooLarge):
+        return _error(request, 400, str(exc), "context_length_exceeded", "num_ctx")
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(request: Request, exc: Unavailable):
+        return _error(request, 503, str(exc))
+
+    @app.exception_handler(ChildError)
+    async def _child_error(request: Request, exc: ChildError):
+        return _error(request, 500, f"the model could not be loaded: {exc}")
+
+    @app.exception_handler(ChildGone)
+    async def _gone(request: Request, exc: ChildGone):
+        return _error(request, 502, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        msg = {404: f"{request.method} {request.url.path} not found", 405: f"method {request.method} is not allowed "
+               f"on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+        return _error(request, exc.status_code, msg)
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception):
         log.exception("internal error on %s", request.url.path)
-        msg = f"internal error: {type(exc).__name__}: {exc}"
-        if _is_ollama(request):
-            return JSONResponse({"error": msg}, status_code=500)
-        return _openai_error(500, msg)
+        return _error(request, 500, f"internal error: {type(exc).__name__}: {exc}")
 
-    # -- helpers -------------------------------------------------------------------------
+    # -- calls to llama-server -------------------------------------------------------------
 
-    def check_model(name: str | None, *, required: bool) -> None:
-        if not name:
-            if required:
-                raise RequestError(400, "model is required", param="model")
-            return
-        if name.strip().lower() not in card.names():
-            raise RequestError(404, f"model {name!r} not found; this server serves {card.tag!r} "
-                                    f"(also accepted: {card.alias!r}, {card.path.name!r})",
-                               code="model_not_found", param="model")
-
-    async def chat_prompt(messages: list[dict[str, str]], limit: int | None) -> Prompt:
-        reserve = answer_reserve(pool.n_ctx, limit)
+    async def call(r: Runner, path: str, payload: Any) -> tuple[int, Any]:
+        """POST JSON to the runner's llama-server; (status, parsed body). ChildGone on a lost child."""
+        if r.client is None:
+            raise ChildGone(_gone_message(r))
         try:
-            return await run_in_threadpool(fit_chat, pool.vocab, messages, pool.n_ctx, reserve)
-        except PromptTooLongError as e:
-            raise RequestError(400, str(e), code="context_length_exceeded") from None
-        except ValueError as e:  # the chat template refused the conversation
-            raise RequestError(400, str(e), param="messages") from None
-
-    async def text_prompt(text: str | list[int], limit: int | None, context: list[int] | None = None) -> Prompt:
-        reserve = answer_reserve(pool.n_ctx, limit)
-        tokens = list(text) if isinstance(text, list) else await run_in_threadpool(pool.vocab.tokenize, text)
-        if context:
-            tokens = list(context) + (tokens[1:] if tokens and tokens[0] == pool.vocab.bos else tokens)
-        bad = [t for t in tokens if not 0 <= t < pool.vocab.n_vocab]
-        if bad:
-            raise RequestError(400, f"token id {bad[0]} is out of range: the vocabulary has "
-                                    f"{pool.vocab.n_vocab} tokens",
-                               param="context" if context else "prompt")
-        if not tokens:
-            if pool.vocab.bos < 0:
-                raise RequestError(400, "the prompt is empty", param="prompt")
-            tokens = [pool.vocab.bos]
+            resp = await r.client.post(path, json=payload)
+        except httpx.TransportError:
+            raise ChildGone(_gone_message(r)) from None
         try:
-            return fit_tokens(pool.vocab, tokens, pool.n_ctx, reserve)
-        except PromptTooLongError as e:
-            raise RequestError(400, str(e), code="context_length_exceeded") from None
+            return resp.status_code, resp.json()
+        except ValueError:
+            return resp.status_code, {"error": {"message": resp.text[:500]}}
 
-    def make_job(prompt: Prompt, sampling: Sampling, limit: int | None, stop: list[str] | None, kind: str) -> Job:
-        return Job(prompt=prompt, sampling=sampling, max_new=clamp_max_new(len(prompt.tokens), pool.n_ctx, limit),
-                   stop=list(stop or []), requested_max=limit, kind=kind)
+    async def call_ok(r: Runner, path: str, payload: Any) -> Any:
+        status, data = await call(r, path, payload)
+        if status != 200:
+            raise RequestError(status, _upstream_message(json.dumps(data).encode()))
+        return data
 
-    def headers(job: Job) -> dict[str, str]:
-        h = {"X-Tqgguf-Max-Tokens": str(job.max_new)}
-        if job.prompt.shifted:
-            h["X-Tqgguf-Context-Shift"] = job.prompt.shift_note()
-        return h
-
-    def log_result(job: Job, res: Result) -> None:
-        pp = res.prompt_tokens / res.prompt_seconds if res.prompt_seconds > 0 else 0.0
-        tg = len(res.tokens) / res.eval_seconds if res.eval_seconds > 0 else 0.0
-        note = f"; context shift: {job.prompt.shift_note()}" if job.prompt.shifted else ""
-        clamp = (f"; max tokens {job.requested_max} clamped to {job.max_new}"
-                 if job.requested_max is not None and job.requested_max > job.max_new else "")
-        if res.finish != "cancelled":  # the pool logs cancelled jobs
-            log.info("slot %d: %s %d prompt tokens (%.0f t/s), %d generated (%.1f t/s), %s%s%s", res.slot, job.kind,
-                     res.prompt_tokens, pp, len(res.tokens), tg, res.finish, note, clamp)
-
-    async def watch_disconnect(request: Request, cancel: threading.Event) -> None:
-        while not cancel.is_set():
-            if await request.is_disconnected():
-                cancel.set()
-                return
-            await asyncio.sleep(0.25)
-
-    async def collect(request: Request, job: Job) -> Result:
-        cancel = threading.Event()
-        watcher = asyncio.create_task(watch_disconnect(request, cancel))
+    async def open_stream(r: Runner, path: str, content: bytes | None = None, payload: Any = None) -> httpx.Response:
+        if r.client is None:
+            raise ChildGone(_gone_message(r))
+        req = r.client.build_request("POST", path, content=content, json=payload,
+                                     headers={"content-type": "application/json"})
         try:
-            async with contextlib.aclosing(pool.run(job, cancel)) as events:
-                async for kind, value in events:
-                    if kind == "done":
-                        log_result(job, value)
-                        return value
-                    if kind == "error":
-                        raise value
-        finally:
-            cancel.set()
-            watcher.cancel()
-        raise RuntimeError("generation ended without a result")  # pragma: no cover
+            resp = await r.client.send(req, stream=True)
+        except httpx.TransportError:
+            raise ChildGone(_gone_message(r)) from None
+        if resp.status_code != 200:
+            data = await resp.aread()
+            await resp.aclose()
+            raise RequestError(resp.status_code, _upstream_message(data))
+        return resp
 
-    def stream(job: Job, fmt: Callable[[str, Any], Iterable[bytes]], media_type: str,
-               first: bytes | None = None) -> StreamingResponse:
-        cancel = threading.Event()
+    # -- OpenAI: passed through ----------------------------------------------------------------
 
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                if first is not None:
-                    yield first
-                async with contextlib.aclosing(pool.run(job, cancel)) as events:
-                    async for kind, value in events:
-                        if kind == "done":
-                            log_result(job, value)
-                        elif kind == "error":
-                            log.error("generation failed: %s: %s", type(value).__name__, value)
-                        for chunk in fmt(kind, value):
+    async def passthrough(request: Request, path: str, kind: str) -> Response:
+        raw = await request.body()
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            raise RequestError(400, "the request body must be a JSON object")
+        name = body.get("model") if isinstance(body.get("model"), str) else None
+        stack = contextlib.AsyncExitStack()
+        r, _ = await stack.enter_async_context(manager.use(name, kind))
+        try:
+            if body.get("stream") is True:
+                try:
+                    resp = await open_stream(r, path, content=raw)
+                except RequestError as e:
+                    return _openai_error(e.status, e.message)
+
+                async def relay(stream_stack: contextlib.AsyncExitStack) -> AsyncIterator[bytes]:
+                    try:
+                        async for chunk in resp.aiter_raw():
                             yield chunk
-            finally:
-                cancel.set()
+                    except httpx.TransportError:
+                        err = {"error": {"message": _gone_message(r), "type": "server_error", "code": 502}}
+                        yield f"data: {json.dumps(err)}\n\n".encode()
+                    finally:
+                        await resp.aclose()
+                        await stream_stack.aclose()
 
-        return StreamingResponse(body(), media_type=media_type, headers=headers(job))
-
-    def sampling(defaults: Sampling, src: Any) -> Sampling:
-        s = Sampling(**defaults.__dict__)
-        for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
-                     "frequency_penalty", "seed"):
-            v = getattr(src, name, None) if src is not None else None
-            if v is not None:
-                setattr(s, name, v)
-        return s
-
-    def usage(res: Result) -> dict[str, int]:
-        return {"prompt_tokens": res.prompt_tokens, "completion_tokens": len(res.tokens),
-                "total_tokens": res.prompt_tokens + len(res.tokens)}
-
-    def ollama_timings(res: Result, t_start: float) -> dict[str, Any]:
-        return {"total_duration": int((time.perf_counter() - t_start) * 1e9),
-                "load_duration": int(res.load_seconds * 1e9),
-                "prompt_eval_count": res.prompt_tokens, "prompt_eval_duration": int(res.prompt_seconds * 1e9),
-                "eval_count": len(res.tokens), "eval_duration": int(res.eval_seconds * 1e9)}
-
-    # -- plain routes --------------------------------------------------------------------
-
-    @app.get("/", response_class=PlainTextResponse)
-    async def root() -> str:
-        return "tqgguf is running (OpenAI API under /v1, Ollama API under /api)"
-
-    @app.head("/")
-    async def root_head() -> Response:
-        return Response(status_code=200)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        busy = pool.busy_count()
-        return {"status": "ok", "model": card.alias, "slots_total": len(pool.slots),
-                "slots_idle": len(pool.slots) - busy,
-                "slots_processing": busy, "loaded": pool.loaded(), "n_ctx_per_slot": pool.n_ctx}
-
-    def engine_meta() -> dict[str, Any]:
-        s, r = pool.settings, pool.report
-        per_slot = (r.k_mib + r.v_mib) if r else None
-        return {"cache_type_k": s.cache_type_k, "cache_type_v": s.cache_type_v, "attn_rotation": s.attn_rotation,
-                "attn_rot_k": r.attn_rot_k if r else None, "attn_rot_v": r.attn_rot_v if r else None,
-                "k_center": s.k_center, "k_center_active": r.k_center_active if r else None,
-                "flash_attn": r.flash_attn if r else s.flash_attention, "n_ctx_per_slot": pool.n_ctx,
-                "slots": len(pool.slots), "kv_mib_per_slot": per_slot,
-                "kv_mib_total": per_slot * len(pool.slots) if per_slot is not None else None}
-
-    @app.get("/v1/models")
-    async def v1_models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": card.alias, "object": "model", "created": int(card.modified),
-                                            "owned_by": "tqgguf", "meta": engine_meta()}]}
-
-    # -- OpenAI --------------------------------------------------------------------------
+                # the stream now holds the model; it releases it when it ends
+                out = StreamingResponse(relay(stack.pop_all()), status_code=200,
+                                        media_type=resp.headers.get("content-type", "text/event-stream"))
+                return out
+            if r.client is None:
+                raise ChildGone(_gone_message(r))
+            try:
+                resp = await r.client.post(path, content=raw, headers={"content-type": "application/json"})
+            except httpx.TransportError:
+                raise ChildGone(_gone_message(r)) from None
+            return Response(resp.content, status_code=resp.status_code,
+                            media_type=resp.headers.get("content-type", "application/json"))
+        finally:
+            await stack.aclose()
 
     @app.post("/v1/chat/completions")
-    async def v1_chat(request: Request):
-        req: ChatCompletionRequest = parse_body(await request.body(), ChatCompletionRequest)  # type: ignore[assignment]
-        check_model(req.model, required=False)
-        prompt = await chat_prompt([m.as_dict() for m in req.messages], req.limit)
-        job = make_job(prompt, sampling(OPENAI_DEFAULTS, req), req.limit, req.stop, "chat")
-        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-
-        def chunk(delta: dict, finish: str | None) -> dict:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": card.alias,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-
-            def fmt(kind: str, value: Any) -> Iterable[bytes]:
-                if kind == "text":
-                    yield _sse(chunk({"content": value}, None))
-                elif kind == "done":
-                    yield _sse(chunk({}, value.finish))
-                    if include_usage:
-                        yield _sse({**chunk({}, None), "choices": [], "usage": usage(value)})
-                    yield b"data: [DONE]\n\n"
-                else:
-                    yield _sse({"error": {"message": f"generation failed: {value}", "type": "server_error"}})
-                    yield b"data: [DONE]\n\n"
-
-            return stream(job, fmt, "text/event-stream", first=_sse(chunk({"role": "assistant", "content": ""}, None)))
-        res = await collect(request, job)
-        return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": card.alias,
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": res.text},
-                                          "logprobs": None, "finish_reason": res.finish}],
-                             "usage": usage(res)}, headers=headers(job))
+    async def chat_completions(request: Request):
+        return await passthrough(request, "/v1/chat/completions", "chat")
 
     @app.post("/v1/completions")
-    async def v1_completions(request: Request):
-        req: CompletionRequest = parse_body(await request.body(), CompletionRequest)  # type: ignore[assignment]
-        check_model(req.model, required=False)
-        text = req.prompt[0] if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], str) \
-            else req.prompt
-        limit = req.limit if req.limit is not None else 16  # OpenAI's default for completions
-        prompt = await text_prompt(text, limit)  # type: ignore[arg-type]
-        job = make_job(prompt, sampling(OPENAI_DEFAULTS, req), limit, req.stop, "completion")
-        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    async def completions(request: Request):
+        return await passthrough(request, "/v1/completions", "chat")
 
-        def chunk(text: str, finish: str | None) -> dict:
-            return {"id": cid, "object": "text_completion", "created": created, "model": card.alias,
-                    "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        return await passthrough(request, "/v1/embeddings", "embed")
 
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    def _openai_model(m: ModelFile) -> dict:
+        return {"id": m.name, "object": "model", "created": int(m.path.stat().st_mtime), "owned_by": "tqgguf"}
 
-            def fmt(kind: str, value: Any) -> Iterable[bytes]:
-                if kind == "text":
-                    yield _sse(chunk(value, None))
-                elif kind == "done":
-                    yield _sse(chunk("", value.finish))
-                    if include_usage:
-                        yield _sse({**chunk("", None), "choices": [], "usage": usage(value)})
-                    yield b"data: [DONE]\n\n"
-                else:
-                    yield _sse({"error": {"message": f"generation failed: {value}", "type": "server_error"}})
-                    yield b"data: [DONE]\n\n"
+    @app.get("/v1/models")
+    async def list_models():
+        return {"object": "list", "data": [_openai_model(m) for m in manager.models.values()]}
 
-            return stream(job, fmt, "text/event-stream")
-        res = await collect(request, job)
-        return JSONResponse({**chunk(res.text, res.finish), "usage": usage(res)}, headers=headers(job))
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str, request: Request):
+        return _openai_model(manager.find(model_id))
 
-    # -- Ollama --------------------------------------------------------------------------
+    @app.get("/metrics")
+    async def metrics(model: str | None = None):
+        async with manager.use(model) as (r, _):
+            if r.client is None:
+                raise ChildGone(_gone_message(r))
+            resp = await r.client.get("/metrics")
+            return Response(resp.content, status_code=resp.status_code,
+                            media_type=resp.headers.get("content-type", "text/plain"))
+
+    # -- health --------------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health():
+        runners = [r.status() for r in manager.runners.values()]
+        default = [r for r in manager.runners.values() if r.model is manager.default and r.kind == "chat"]
+        state = default[0].state if default else "unloaded"
+        status = {"ready": "ok", "unloaded": "ok", "stopped": "ok", "loading": "loading"}.get(state, state)
+        body = {"status": status, "model": manager.default.name, "model_state": state, "runners": runners}
+        if default and default[0].error:
+            body["error"] = default[0].error
+        return JSONResponse(body, status_code=200 if status == "ok" else 503)
+
+    # -- Ollama ------------------------------------------------------------------------------------
+
+    @app.get("/", response_class=PlainTextResponse)
+    async def root():
+        return "Ollama is running"
+
+    @app.head("/")
+    async def root_head():
+        return Response(status_code=200)
 
     @app.get("/api/version")
-    async def api_version() -> dict[str, str]:
-        return {"version": OLLAMA_API_VERSION, "tqgguf": TQGGUF_VERSION}
+    async def version():
+        return {"version": ol.OLLAMA_API_VERSION}
 
-    def tag_entry() -> dict[str, Any]:
-        modified = dt.datetime.fromtimestamp(card.modified, dt.timezone.utc)
-        return {"name": card.tag, "model": card.tag, "modified_at": modified.isoformat().replace("+00:00", "Z"),
-                "size": card.size, "digest": card.digest, "details": card.details()}
+    @app.head("/api/version")
+    async def version_head():
+        return Response(status_code=200)
+
+    def _tag_entry(m: ModelFile) -> dict:
+        st = m.path.stat()
+        return {"name": m.tag, "model": m.tag,
+                "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime)),
+                "size": st.st_size, "digest": m.digest, "details": m.details()}
+
+    def _available() -> list[ModelFile]:
+        """The served models plus every registry model that is downloaded."""
+        from ..models import list_models as registry
+
+        out = list(manager.models.values())
+        known = {str(m.path) for m in out}
+        for row in registry():
+            if row.get("path") and row["path"] not in known:
+                out.append(ModelFile(row["name"], __import__("pathlib").Path(row["path"])))
+        return out
 
     @app.get("/api/tags")
-    async def api_tags() -> dict[str, Any]:
-        return {"models": [tag_entry()]}
+    async def tags():
+        import asyncio
+
+        return {"models": await asyncio.to_thread(lambda: [_tag_entry(m) for m in _available()])}
+
+    @app.head("/api/tags")
+    async def tags_head():
+        return Response(status_code=200)
 
     @app.get("/api/ps")
-    async def api_ps() -> dict[str, Any]:
-        if not any(s.engine is not None for s in pool.slots):
-            return {"models": []}
-        left = pool.expires_in()
-        expires = _now_rfc3339(left if left is not None else 292 * 365 * 86400.0)
-        return {"models": [{**tag_entry(), "expires_at": expires, "size_vram": 0, "context_length": pool.n_ctx}]}
+    async def ps():
+        out, seen = [], set()
+        for r in manager.loaded():
+            if r.model.name in seen:
+                continue
+            seen.add(r.model.name)
+            left = manager.expires_in(r)
+            expires = ("2318-11-11T00:00:00Z" if left is None else  # Ollama's "forever" is a far date too
+                       time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + max(left, 0))))
+            e = _tag_entry(r.model)
+            e.pop("modified_at")
+            e.update(expires_at=expires, size_vram=e["size"] if manager.config.n_gpu_layers else 0,
+                     context_length=r.n_ctx)
+            out.append(e)
+        return {"models": out}
 
     @app.post("/api/show")
-    async def api_show(request: Request) -> dict[str, Any]:
-        req: OllamaShowRequest = parse_body(await request.body(), OllamaShowRequest)  # type: ignore[assignment]
-        check_model(req.model or req.name, required=True)
-        md = card.metadata
-        arch = card.family
-        info = {k: _num(v) for k, v in md.items() if k.startswith(f"{arch}.") or k.startswith("general.")}
-        return {"license": md.get("general.license", ""), "modelfile": f"FROM {card.path}\n", "parameters": "",
-                "template": pool.vocab.chat_template or "", "details": card.details(), "model_info": info,
-                "capabilities": ["completion"], "modified_at": tag_entry()["modified_at"], "tqgguf": engine_meta()}
+    async def show(request: Request):
+        body = ol.require_object(await _json_body(request))
+        m = manager.find(ol.model_name(body))
+        import asyncio
 
-    async def ollama_load(model: str, chat: bool) -> JSONResponse:
-        """Ollama's empty request: load the model (or unload it with keep_alive 0)."""
-        if pool.keep_alive == 0:
-            pool.unload()
+        md = await asyncio.to_thread(m.metadata)
+        template = m.chat_template()
+        caps = ["completion"] + (["tools"] if "tools" in template else []) + \
+            (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else [])
+        info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
+        return {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
+                "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
+                "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.path.stat().st_mtime))}
+
+    async def load_or_unload(name: str, ka: float | None, request_start: float, shape: str) -> dict:
+        m = manager.find(name)
+        base = {"model": name, "created_at": ol.now_rfc3339(), "done": True}
+        if ka == 0:
+            await manager.unload(m, reason="keep_alive 0")
             reason = "unload"
         else:
-            await collect_quiet(Job(prompt=Prompt([], pool.n_ctx), sampling=Sampling(), max_new=0, kind="load"))
+            async with manager.use(name, keep_alive=ka):
+                pass
             reason = "load"
-        body = {"model": model, "created_at": _now_rfc3339(), "done": True, "done_reason": reason}
-        body.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
-        return JSONResponse(body)
-
-    async def collect_quiet(job: Job) -> None:
-        cancel = threading.Event()
-        async with contextlib.aclosing(pool.run(job, cancel)) as events:
-            async for kind, value in events:
-                if kind == "error":
-                    raise value
-
-    def ollama_stream(job: Job, model: str, t_start: float, chat: bool) -> StreamingResponse:
-        def fmt(kind: str, value: Any) -> Iterable[bytes]:
-            base = {"model": model, "created_at": _now_rfc3339()}
-            if kind == "text":
-                part = {"message": {"role": "assistant", "content": value}} if chat else {"response": value}
-                body = {**base, **part, "done": False}
-            elif kind == "done":
-                body = {**base, **({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}),
-                        "done": True, "done_reason": value.finish, **ollama_timings(value, t_start)}
-                if not chat:
-                    body["context"] = job.prompt.tokens + value.tokens
-            else:
-                body = {"error": f"generation failed: {value}"}
-            yield (json.dumps(body, ensure_ascii=False) + "\n").encode()
-
-        return stream(job, fmt, "application/x-ndjson")
+        if shape == "chat":
+            base["message"] = {"role": "assistant", "content": ""}
+        else:
+            base["response"] = ""
+        base["done_reason"] = reason
+        return base
 
     @app.post("/api/chat")
     async def api_chat(request: Request):
-        t_start = time.perf_counter()
-        req: OllamaChatRequest = parse_body(await request.body(), OllamaChatRequest)  # type: ignore[assignment]
-        check_model(req.model, required=True)
-        pool.set_keep_alive(req.keep_alive)
-        if not req.messages:
-            return await ollama_load(req.model, chat=True)
-        stop = req.options.stop if req.options else None
-        prompt = await chat_prompt([{"role": m.role, "content": m.content} for m in req.messages], req.limit)
-        job = make_job(prompt, sampling(OLLAMA_DEFAULTS, req.options), req.limit, stop, "chat")
-        if req.stream:
-            return ollama_stream(job, req.model, t_start, chat=True)
-        res = await collect(request, job)
-        return JSONResponse({"model": req.model, "created_at": _now_rfc3339(),
-                             "message": {"role": "assistant", "content": res.text}, "done": True,
-                             "done_reason": res.finish, **ollama_timings(res, t_start)}, headers=headers(job))
+        t0 = time.monotonic()
+        body = ol.require_object(await _json_body(request))
+        name = ol.model_name(body)
+        ka = ol.keep_alive(body)
+        if not body.get("messages"):
+            if "messages" in body and not isinstance(body["messages"], list):
+                raise RequestError(400, "messages must be a list of {role, content} objects")
+            return await load_or_unload(name, ka, t0, "chat")
+        messages = ol.chat_messages(body["messages"])
+        sampling, num_ctx = ol.options(body)
+        model = manager.find(name)
+        payload: dict[str, Any] = {"messages": messages, **sampling}
+        payload.update(ol.think_fields(body, name, model.chat_template()))
+        payload.update(ol.logprob_fields(body, chat=True))
+        tool_names: set[str] = set()
+        if (t := ol.tools(body)) is not None:
+            payload["tools"] = t
+            tool_names = {x["function"].get("name") for x in t}
+        if (schema := ol.format_schema(body.get("format"))) is not None:
+            payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": schema}}
+        stream = body.get("stream", True) is not False
+        payload["stream"] = stream
+        stack = contextlib.AsyncExitStack()
+        r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=num_ctx, keep_alive=ka))
+        headers = {"X-Tqgguf-Reloaded": f"num_ctx {r.n_ctx}"} if reloaded else {}
+        load_s = r.load_seconds if reloaded else 0.0
+        try:
+            if not stream:
+                data = await call_ok(r, "/v1/chat/completions", payload)
+                ch = (data.get("choices") or [{}])[0]
+                msg = ch.get("message") or {}
+                out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+                if msg.get("reasoning_content"):
+                    out_msg["thinking"] = msg["reasoning_content"]
+                calls = msg.get("tool_calls") or (ol.tool_calls_from_text(out_msg["content"], tool_names)
+                                                  if tool_names else None)
+                if calls:
+                    out_msg["tool_calls"] = ol.tool_calls_from_openai(calls)
+                    if not msg.get("tool_calls"):
+                        out_msg["content"] = ""
+                res = {"model": name, "created_at": ol.now_rfc3339(), "message": out_msg, "done": True,
+                       "done_reason": ol.done_reason(ch.get("finish_reason")),
+                       **ol.timings(data.get("timings"), time.monotonic() - t0, load_s)}
+                if (lp := ol.logprobs_from_openai(ch.get("logprobs"))) is not None:
+                    res["logprobs"] = lp
+                await stack.aclose()  # the model is free (and keep-alive applied) before the answer goes out
+                return JSONResponse(res, headers=headers)
+            resp = await open_stream(r, "/v1/chat/completions", payload=payload)
+        except BaseException:
+            await stack.aclose()
+            raise
+
+        async def ndjson() -> AsyncIterator[bytes]:
+            calls: dict[int, dict] = {}
+            finish, tm = None, None
+            held, holding = "", bool(tool_names)  # with tools, text that may be a tool call is held back
+            try:
+                try:
+                    async for line in resp.aiter_lines():
+                        ev = _sse_data(line)
+                        if ev is None:
+                            continue
+                        if "error" in ev:
+                            yield (json.dumps({"error": _upstream_message(json.dumps(ev).encode())}) + "\n").encode()
+                            return
+                        tm = ev.get("timings") or tm
+                        for ch in ev.get("choices") or []:
+                            d = ch.get("delta") or {}
+                            finish = ch.get("finish_reason") or finish
+                            for tc in d.get("tool_calls") or []:
+                                slot = calls.setdefault(tc.get("index", 0), {"function": {"name": "", "arguments": ""}})
+                                fn = tc.get("function") or {}
+                                slot["function"]["name"] += fn.get("name") or ""
+                                slot["function"]["arguments"] += fn.get("arguments") or ""
+                            piece: dict[str, Any] = {}
+                            if d.get("content"):
+                                piece["content"] = d["content"]
+                                if holding:
+                                    held += d["content"]
+                                    if held.lstrip()[:1] in ("", "{", "[", "<", "`"):
+                                        piece.pop("content")
+                                    else:
+                                        piece["content"], held, holding = held, "", False
+                            if d.get("reasoning_content"):
+                                piece["thinking"] = d["reasoning_content"]
+                            lp = ol.logprobs_from_openai(ch.get("logprobs"))
+                            if piece or lp:
+                                out = {"model": name, "created_at": ol.now_rfc3339(),
+                                       "message": {"role": "assistant", "content": piece.get("content", ""),
+                                                   **({"thinking": piece["thinking"]} if "thinking" in piece else {})},
+                                       "done": False}
+                                if lp:
+                                    out["logprobs"] = lp
+                                yield (json.dumps(out) + "\n").encode()
+                except httpx.TransportError:
+                    yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
+                    return
+                if held and not calls:
+                    parsed = ol.tool_calls_from_text(held, tool_names)
+                    if parsed:
+                        calls = dict(enumerate(parsed))
+                    else:
+                        yield (json.dumps({"model": name, "created_at": ol.now_rfc3339(),
+                                           "message": {"role": "assistant", "content": held},
+                                           "done": False}) + "\n").encode()
+                if calls:
+                    msg = {"role": "assistant", "content": "",
+                           "tool_calls": ol.tool_calls_from_openai([calls[i] for i in sorted(calls)])}
+                    yield (json.dumps({"model": name, "created_at": ol.now_rfc3339(), "message": msg,
+                                       "done": False}) + "\n").encode()
+                final = {"model": name, "created_at": ol.now_rfc3339(), "message": {"role": "assistant", "content": ""},
+                         "done": True, "done_reason": ol.done_reason(finish),
+                         **ol.timings(tm, time.monotonic() - t0, load_s)}
+                yield (json.dumps(final) + "\n").encode()
+            finally:
+                await resp.aclose()
+                await stack.aclose()
+
+        return StreamingResponse(ndjson(), media_type="application/x-ndjson", headers=headers)
 
     @app.post("/api/generate")
     async def api_generate(request: Request):
-        t_start = time.perf_counter()
-        req: OllamaGenerateRequest = parse_body(await request.body(), OllamaGenerateRequest)  # type: ignore[assignment]
-        check_model(req.model, required=True)
-        pool.set_keep_alive(req.keep_alive)
-        if not req.prompt and not req.context:
-            return await ollama_load(req.model, chat=False)
-        stop = req.options.stop if req.options else None
-        if req.raw or req.context:
-            prompt = await text_prompt(req.prompt, req.limit, req.context)
-        else:
-            msgs = ([{"role": "system", "content": req.system}] if req.system else []) + \
-                [{"role": "user", "content": req.prompt}]
-            prompt = await chat_prompt(msgs, req.limit)
-        job = make_job(prompt, sampling(OLLAMA_DEFAULTS, req.options), req.limit, stop, "generate")
-        if req.stream:
-            return ollama_stream(job, req.model, t_start, chat=False)
-        res = await collect(request, job)
-        return JSONResponse({"model": req.model, "created_at": _now_rfc3339(), "response": res.text, "done": True,
-                             "done_reason": res.finish, "context": job.prompt.tokens + res.tokens,
-                             **ollama_timings(res, t_start)}, headers=headers(job))
+        t0 = time.monotonic()
+        body = ol.require_object(await _json_body(request))
+        name = ol.model_name(body)
+        ka = ol.keep_alive(body)
+        prompt = body.get("prompt")
+        if prompt is None or (prompt == "" and not body.get("context")):
+            return await load_or_unload(name, ka, t0, "generate")
+        if not isinstance(prompt, str):
+            raise RequestError(400, "prompt must be a string")
+        for f, why in (("template", "custom Go templates are not supported; the model's own chat template is used "
+                                    "(or send raw: true with a formatted prompt)"),
+                       ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve"),
+                       ("images", "this model does not support images (no vision projector is loaded)")):
+            if body.get(f):
+                raise RequestError(400, f"{f}: {why}")
+        context = body.get("context") or []
+        if not isinstance(context, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
+            raise RequestError(400, "context must be the list of token ids a previous /api/generate returned")
+        raw = body.get("raw") is True
+        sampling, num_ctx = ol.options(body)
+        model = manager.find(name)
+        think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
+        stream = body.get("stream", True) is not False
+        stack = contextlib.AsyncExitStack()
+        r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=num_ctx, keep_alive=ka))
+        headers = {"X-Tqgguf-Reloaded": f"num_ctx {r.n_ctx}"} if reloaded else {}
+        load_s = r.load_seconds if reloaded else 0.0
+        try:
+            if raw:
+                text = prompt
+            else:
+                msgs = ([{"role": "system", "content": body["system"]}] if isinstance(body.get("system"), str) else [])
+                msgs.append({"role": "user", "content": prompt})
+                text = (await call_ok(r, "/apply-template", {"messages": msgs, **{k: v for k, v in think.items()
+                                                                                     if k == "chat_template_kwargs"}}))["prompt"]
+            toks = (await call_ok(r, "/tokenize", {"content": text, "add_special": not context,
+                                                   "parse_special": True}))["tokens"]
+            full = list(context) + list(toks)
+            payload: dict[str, Any] = {"prompt": full, "stream": stream, "return_tokens": True, "cache_prompt": True,
+                                       **sampling, **ol.logprob_fields(body, chat=False)}
+            if (schema := ol.format_schema(body.get("format"))) is not None:
+                payload["json_schema"] = schema
+            if not stream:
+                data = await call_ok(r, "/completion", payload)
+                answer = data.get("content", "")
+                res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
+                if think.get("reasoning_format") == "deepseek":
+                    thinking, answer = ol.split_thinking(answer)
+                    if thinking:
+                        res["thinking"] = thinking
+                res.update(response=answer, done=True, done_reason=ol.done_reason(data.get("stop_type")),
+                           context=full + list(data.get("tokens") or []),
+                           **ol.timings(data.get("timings"), time.monotonic() - t0, load_s))
+                if (lp := ol.logprobs_from_native(data.get("completion_probabilities"))) is not None:
+                    res["logprobs"] = lp
+                await stack.aclose()  # the model is free (and keep-alive applied) before the answer goes out
+                return JSONResponse(res, headers=headers)
+            resp = await open_stream(r, "/completion", payload=payload)
+        except BaseException:
+            await stack.aclose()
+            raise
+
+        async def ndjson() -> AsyncIterator[bytes]:
+            gen: list[int] = []
+            try:
+                try:
+                    async for line in resp.aiter_lines():
+                        ev = _sse_data(line)
+                        if ev is None:
+                            continue
+                        if "error" in ev:
+                            yield (json.dumps({"error": _upstream_message(json.dumps(ev).encode())}) + "\n").encode()
+                            return
+                        gen += list(ev.get("tokens") or [])
+                        if ev.get("stop"):
+                            final = {"model": name, "created_at": ol.now_rfc3339(), "response": "", "done": True,
+                                     "done_reason": ol.done_reason(ev.get("stop_type")), "context": full + gen,
+                                     **ol.timings(ev.get("timings"), time.monotonic() - t0, load_s)}
+                            yield (json.dumps(final) + "\n").encode()
+                            return
+                        out = {"model": name, "created_at": ol.now_rfc3339(), "response": ev.get("content", ""),
+                               "done": False}
+                        if (lp := ol.logprobs_from_native(ev.get("completion_probabilities"))) is not None:
+                            out["logprobs"] = lp
+                        yield (json.dumps(out) + "\n").encode()
+                except httpx.TransportError:
+                    yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
+            finally:
+                await resp.aclose()
+                await stack.aclose()
+
+        return StreamingResponse(ndjson(), media_type="application/x-ndjson", headers=headers)
+
+    async def embed_inputs(r: Runner, inputs: list[str], truncate: bool) -> tuple[list[list[int]], int]:
+        seqs, total = [], 0
+        for i, text in enumerate(inputs):
+            toks = (await call_ok(r, "/tokenize", {"content": text, "add_special": True, "parse_special": False}))["tokens"]
+            if len(toks) > r.n_ctx:
+                if not truncate:
+                    raise RequestError(400, f"input[{i}] has {len(toks)} tokens, more than the context length "
+                                            f"{r.n_ctx}; send truncate: true or a shorter input")
+                toks = toks[:r.n_ctx]
+            if not toks:
+                raise RequestError(400, f"input[{i}] is empty")
+            seqs.append(toks)
+            total += len(toks)
+        return seqs, total
+
+    def _resize(v: list[float], dims: int | None) -> list[float]:
+        if not dims or dims >= len(v):
+            return v
+        v = v[:dims]
+        n = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / n for x in v]
+
+    @app.post("/api/embed")
+    async def api_embed(request: Request):
+        t0 = time.monotonic()
+        body = ol.require_object(await _json_body(request))
+        name = ol.model_name(body)
+        inp = body.get("input")
+        inputs = [inp] if isinstance(inp, str) else inp
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(s, str) for s in inputs):
+            raise RequestError(400, "input must be a string or a non-empty list of strings")
+        dims = body.get("dimensions")
+        if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+            raise RequestError(400, "dimensions must be a positive integer")
+        truncate = body.get("truncate", True) is not False
+        _, num_ctx = ol.options(body)
+        async with manager.use(name, "embed", num_ctx=num_ctx, keep_alive=ol.keep_alive(body)) as (r, reloaded):
+            seqs, n = await embed_inputs(r, inputs, truncate)
+            data = await call_ok(r, "/v1/embeddings", {"input": seqs})
+            vecs = [_resize(d["embedding"], dims) for d in sorted(data["data"], key=lambda d: d["index"])]
+            return {"model": name, "embeddings": vecs, "total_duration": int((time.monotonic() - t0) * 1e9),
+                    "load_duration": int((r.load_seconds if reloaded else 0) * 1e9), "prompt_eval_count": n}
+
+    @app.post("/api/embeddings")
+    async def api_embeddings(request: Request):
+        body = ol.require_object(await _json_body(request))
+        name = ol.model_name(body)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise RequestError(400, "prompt must be a string")
+        _, num_ctx = ol.options(body)
+        async with manager.use(name, "embed", num_ctx=num_ctx, keep_alive=ol.keep_alive(body)) as (r, _):
+            if not prompt:
+                return {"embedding": []}
+            seqs, _n = await embed_inputs(r, [prompt], True)
+            data = await call_ok(r, "/v1/embeddings", {"input": seqs})
+            return {"embedding": data["data"][0]["embedding"]}
 
     return app
-
-
-def _num(v: str) -> Any:
-    try:
-        return int(v)
-    except ValueError:
-        try:
-            return float(v)
-        except ValueError:
-            return v
-
-
-def _sse(obj: dict) -> bytes:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
-

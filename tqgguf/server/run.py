@@ -1,19 +1,23 @@
-"""Start ``tqgguf serve``: bind the port, load the slots, log what was loaded, run uvicorn.
+"""Start ``tqgguf serve``: bind the port, start the model's llama-server, log the effective
+settings, run uvicorn; stop every child on exit.
 
-The port is bound before the model is loaded, so "port in use" is reported at once
-(and no other process can take the port while a large model loads); uvicorn then
-listens on that socket.
+The port is bound before the model is loaded, so "port in use" is reported at once;
+uvicorn then listens on that socket. SIGINT/SIGTERM stop uvicorn, whose shutdown stops
+the children (SIGTERM, then SIGKILL); were tqgguf killed outright, the children get
+SIGTERM from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
 """
 from __future__ import annotations
 
+import asyncio
 import copy
 import errno
 import logging
 import socket
+import subprocess
 from typing import Callable
 
 from ..config import format_duration
-from .pool import ServeConfig, SlotPool
+from .runners import Manager, Runner, ServeConfig
 
 log = logging.getLogger("tqgguf.server")
 
@@ -53,44 +57,57 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def startup_summary(config: ServeConfig, pool: SlotPool) -> list[str]:
-    """The startup log: model, effective K/V types, rotation flags, flash attention, KV
-    memory per slot and total (MiB, as llama.cpp allocated it), context per slot, slots,
-    threads and keep-alive, each with where the setting came from."""
-    s, r = config.settings, pool.report
+def gpu_devices_error(config: ServeConfig) -> str | None:
+    """Why ``-ngl`` > 0 cannot be honoured by this llama-server (it lists no GPU device
+    with ``--list-devices``), or None. llama-server itself would quietly run on the CPU."""
+    if config.n_gpu_layers == 0:
+        return None
+    try:
+        out = subprocess.run([str(config.llama_server), "--list-devices"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot ask {config.llama_server} for its devices: {e}"
+    # "Available devices:" then one indented line per device, "  (none)" when there is none
+    listing = out.split("Available devices:", 1)[-1]
+    devices = [ln for ln in listing.splitlines() if ln.strip() and ln.strip() != "(none)"]
+    if devices:
+        return None
+    return (f"-ngl {config.n_gpu_layers} asks for GPU layers, but {config.llama_server} lists no GPU device "
+            "(built for the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it): build it with "
+            "`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use -ngl 0")
+
+
+def startup_summary(config: ServeConfig, runner: Runner) -> list[str]:
+    """The startup log: model, the llama-server child, effective K/V types, rotation,
+    K centering, flash attention, slots and context, threads, limits and keep-alive, each
+    with where the setting came from."""
+    s = config.settings
     src = s.source
-    md = pool.vocab.metadata if pool.vocab else {}
-    n = len(pool.slots)
-    lines = [f"model: {config.model_path.name} ({md.get('general.architecture', '?')}"
-             f"{', ' + md['general.size_label'] if md.get('general.size_label') else ''}) served as {config.alias!r}"]
-    k_type = (r.k_type or s.cache_type_k) if r else s.cache_type_k
-    v_type = (r.v_type or s.cache_type_v) if r else s.cache_type_v
-    lines.append(f"KV cache: K {k_type} (from {src('cache_type_k')}), V {v_type} (from {src('cache_type_v')})")
-    rot = "on" if s.attn_rotation else "off"
-    if r and r.attn_rot_k is not None:
-        lines.append(f"rotation: {rot} (from {src('attn_rotation')}): attn_rot_k = {int(r.attn_rot_k)}, "
-                     f"attn_rot_v = {int(bool(r.attn_rot_v))}")
-    else:
-        lines.append(f"rotation: {rot} (from {src('attn_rotation')}): llama.cpp did not report attn_rot_k/v")
+    m = runner.model
+    d = m.details()
+    child = runner.child
+    lines = [f"model: {m.path.name} ({d['family']}{', ' + d['parameter_size'] if d['parameter_size'] else ''}) "
+             f"served as {m.name!r}",
+             f"llama-server: {config.llama_server} (pid {child.pid if child else '?'}, loopback port "
+             f"{child.port if child else '?'}) ready in {runner.load_seconds:.2f} s",
+             f"KV cache: K {s.cache_type_k} (from {src('cache_type_k')}), V {s.cache_type_v} (from {src('cache_type_v')})",
+             f"rotation: {'on' if s.attn_rotation else 'off'} (from {src('attn_rotation')}): "
+             f"LLAMA_ATTN_ROT_DISABLE={config.engine_env.get('LLAMA_ATTN_ROT_DISABLE', '?')} in llama-server's "
+             "environment"]
     if s.k_center != "off":
-        state = ("active" if r.k_center_active else "INACTIVE, nothing to subtract") if r else "?"
-        lines.append(f"k-center: {s.k_center} (from {src('k_center')}): {state}"
-                     + (f" — {r.k_center}" if r and r.k_center else ""))
-    fa = r.flash_attn if r and r.flash_attn else "?"
-    lines.append(f"flash attention: {fa} (asked {s.flash_attention}, from {src('flash_attention')})")
-    ctx_note = ("" if pool.n_ctx == s.context_length
-                else f" (asked {s.context_length}; llama.cpp allocated {pool.n_ctx})")
-    lines.append(f"slots: {n} (from {src('num_parallel')}), each an independent context of {pool.n_ctx} tokens"
-                 f"{ctx_note} (from {src('context_length')}), {config.threads_per_slot} CPU thread(s) per slot")
-    if r and (r.k_mib or r.v_mib):
-        per = r.k_mib + r.v_mib
-        lines.append(f"KV memory: {per:.2f} MiB per slot (K {r.k_mib:.2f} + V {r.v_mib:.2f}), "
-                     f"{per * n:.2f} MiB total for {n} slot(s)")
-    else:
-        lines.append("KV memory: not reported by llama.cpp")
-    if pool.vocab and s.context_length > pool.vocab.n_ctx_train > 0:
+        lines.append(f"k-center: {s.k_center} (from {src('k_center')}): LLAMA_K_CENTER="
+                     f"{config.engine_env.get('LLAMA_K_CENTER', '?')}")
+    lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})")
+    lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
+                 f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")
+    lines.append(f"threads: {config.n_threads or 'llama-server default (all cores)'}; -ngl {config.n_gpu_layers}")
+    top = s.max_context or m.n_ctx_train()
+    lines.append(f"num_ctx: requests may reload the model with up to {max(top, s.context_length)} tokens per slot "
+                 f"(from {src('max_context') if s.max_context else 'the model training context'}); "
+                 f"max loaded models: {s.max_loaded_models} (from {src('max_loaded_models')})")
+    if m.n_ctx_train() and s.context_length > m.n_ctx_train():
         lines.append(f"warning: context {s.context_length} is longer than the model was trained for "
-                     f"({pool.vocab.n_ctx_train}); answers may degrade past that")
+                     f"({m.n_ctx_train()}); answers may degrade past that")
     ka = s.keep_alive
     ka_text = ("the model stays loaded" if ka < 0 else
                "the model unloads after each request and reloads on the next" if ka == 0 else
@@ -106,7 +123,8 @@ def _log_config(level: str) -> dict:
     from uvicorn.config import LOGGING_CONFIG
 
     cfg = copy.deepcopy(LOGGING_CONFIG)
-    cfg["loggers"]["tqgguf.server"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    for name in ("tqgguf.server", "tqgguf.llama-server"):
+        cfg["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
     cfg["handlers"]["access"]["stream"] = "ext://sys.stderr"
     return cfg
 
@@ -115,26 +133,40 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
           log_level: str = "info") -> None:
     """Run the server until interrupted.
 
-    Order: bind the port (PortError at once if it is taken), load the tokenizer and every
-    slot (EngineError / EngineNotBuiltError / ValueError from the runtime), print the
-    startup summary through ``echo``, then serve with uvicorn on the bound socket.
+    Order: bind the port (PortError at once if it is taken), check -ngl against the
+    binary's devices (RuntimeError), start the default model's llama-server (ChildError
+    with llama-server's own message when it refuses the model), print the startup summary
+    through ``echo``, then serve with uvicorn on the bound socket.
     """
+    import logging.config
+
     import uvicorn
 
-    from .app import ModelCard, create_app
+    from .app import create_app
 
     s = config.settings
     sock = bind_socket(s.host, s.port)
+    logging.config.dictConfig(_log_config(log_level))
+    if (why := gpu_devices_error(config)) is not None:
+        sock.close()
+        raise RuntimeError(why)
+
+    async def main() -> None:
+        manager = Manager(config)
+        try:
+            echo(f"starting llama-server for {config.model_path.name}: {s.num_parallel} slot(s) of "
+                 f"{s.context_length} tokens ...")
+            runner = await manager.start()
+            for line in startup_summary(config, runner):
+                echo(line)
+            app = create_app(manager)
+            server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
+                                                   timeout_graceful_shutdown=5))
+            await server.serve(sockets=[sock])
+        finally:
+            await manager.shutdown()
+
     try:
-        pool = SlotPool(config, log=log.info)
-        echo(f"loading {config.model_path.name} into {len(pool.slots)} slot(s) of {s.context_length} tokens ...")
-        pool.load()
-        for line in startup_summary(config, pool):
-            echo(line)
-        card = ModelCard.build(config.alias, config.model_path, pool.vocab.metadata)
-        app = create_app(pool, card)
-        server = uvicorn.Server(uvicorn.Config(app, log_config=_log_config(log_level), log_level=log_level,
-                                               access_log=access_log, timeout_graceful_shutdown=5))
-        server.run(sockets=[sock])
+        asyncio.run(main())
     finally:
         sock.close()

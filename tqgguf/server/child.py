@@ -1,0 +1,260 @@
+"""One llama-server process: its command line, start, readiness, log, stop.
+
+``tqgguf serve`` runs llama.cpp's own server (built from the same patched tree by
+``tqgguf build``) as a child on a private loopback port and fronts it (see ``app``).
+This module knows nothing about HTTP routes; ``runners`` decides when a child starts,
+restarts or stops.
+
+No orphans: the child is started with ``PR_SET_PDEATHSIG`` (Linux), so it gets SIGTERM
+if tqgguf dies without stopping it, and :meth:`Child.stop` sends SIGTERM, then SIGKILL
+after a grace period.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import errno
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+LOOPBACK = "127.0.0.1"
+#: Seconds a model may take to load before the start counts as failed.
+LOAD_TIMEOUT_S = 600.0
+#: Seconds between SIGTERM and SIGKILL when stopping a child.
+STOP_GRACE_S = 10.0
+
+log = logging.getLogger("tqgguf.llama-server")
+
+
+class ChildError(RuntimeError):
+    """llama-server did not start or died; the message carries its last log lines."""
+
+
+@dataclass
+class ChildSpec:
+    """What one llama-server child runs.
+
+    binary: the llama-server executable; model: GGUF path; alias: the model name it
+    reports; n_ctx: context per slot in tokens (llama-server's ``-c`` is the total over
+    ``-np`` slots, so ``-c n_ctx*n_parallel`` is passed); n_parallel: ``-np``; ctk/ctv:
+    ggml cache type names; flash_attn: on/off/auto; n_gpu_layers: ``-ngl`` (-1: all layers); n_threads:
+    ``-t`` (None: llama-server's default, every core); embedding: an embeddings-only child
+    (``--embeddings``, mean pooling when the model declares none, one slot, the whole
+    context in one batch); env: variables added to the child's environment (the engine's
+    switches: rotation, K centering); port: the loopback port (0: pick a free one).
+    """
+
+    binary: Path
+    model: Path
+    alias: str
+    n_ctx: int
+    n_parallel: int = 1
+    ctk: str = "f16"
+    ctv: str = "f16"
+    flash_attn: str = "auto"
+    n_gpu_layers: int = 0
+    n_threads: int | None = None
+    embedding: bool = False
+    model_pooling: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+
+    def argv(self, port: int) -> list[str]:
+        """The llama-server command line for ``port`` (flags as llama.cpp names them)."""
+        a = [str(self.binary), "-m", str(self.model), "--host", LOOPBACK, "--port", str(port), "-a", self.alias,
+             "-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.flash_attn, "-ngl", "all" if self.n_gpu_layers < 0 else str(self.n_gpu_layers),
+             "-fit", "off", "--no-webui", "--metrics", "--jinja"]
+        if self.embedding:
+            # embeddings need the whole input in one ubatch; one slot is enough for them
+            a += ["-c", str(self.n_ctx), "-np", "1", "-b", str(self.n_ctx), "-ub", str(self.n_ctx), "--embeddings"]
+            if not self.model_pooling:
+                a += ["--pooling", "mean"]
+        else:
+            a += ["-c", str(self.n_ctx * self.n_parallel), "-np", str(self.n_parallel)]
+        if self.n_threads:
+            a += ["-t", str(self.n_threads)]
+        return a
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port on ``host`` that nothing listens on right now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    """True when ``port`` on ``host`` can be bound now."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setpgrp()  # the terminal's Ctrl-C goes to tqgguf, which stops the child itself
+
+
+def describe_exit(code: int | None) -> str:
+    """'exit 1' / 'killed by SIGKILL' / 'running' for a Popen return code."""
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+class Child:
+    """A running llama-server. Start with :meth:`start` (from the thread that stays alive,
+    e.g. the event loop's: the death signal follows the starting thread), then await
+    :meth:`wait_ready`.
+
+    Args:
+        spec: ChildSpec.
+        name: label for log lines (the model alias).
+        on_line: called with each log line (default: the ``tqgguf.llama-server`` logger).
+    """
+
+    def __init__(self, spec: ChildSpec, name: str, on_line: Callable[[str], None] | None = None):
+        self.spec = spec
+        self.name = name
+        self.port = spec.port
+        self.proc: subprocess.Popen | None = None
+        self.tail: deque[str] = deque(maxlen=60)
+        self.stopping = False
+        self.started_at = 0.0
+        self.ready_seconds: float | None = None
+        self._on_line = on_line or (lambda line: log.info("[%s] %s", self.name, line))
+        self._reader: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def start(self) -> None:
+        """Spawn the process. Raises ChildError when the binary cannot be run or a fixed
+        port (``spec.port``) is taken."""
+        if self.spec.port:
+            if not port_free(self.spec.port):
+                raise ChildError(f"llama-server's port {self.spec.port} on {LOOPBACK} is already in use; "
+                                 "choose another with TQGGUF_LLAMA_SERVER_PORT or leave it unset (a free port "
+                                 "is picked)")
+            self.port = self.spec.port
+        else:
+            self.port = free_port()
+        env = {**os.environ, **self.spec.env}
+        argv = self.spec.argv(self.port)
+        log.debug("starting: %s", " ".join(argv))
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+        except OSError as e:
+            raise ChildError(f"cannot run llama-server {self.spec.binary}: {e.strerror}; run `tqgguf build` "
+                             "or point TQGGUF_LLAMA_SERVER at a working binary") from None
+        self.started_at = time.monotonic()
+        self._reader = threading.Thread(target=self._read, name=f"llama-server-log-{self.name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if not line:
+                continue
+            self.tail.append(line)
+            try:
+                self._on_line(line)
+            except Exception:  # noqa: BLE001 - a logging problem must not stop the reader
+                pass
+
+    def failure(self) -> str:
+        """Why the child is not serving: its exit and the error lines of its log."""
+        code = self.returncode()
+        lines = list(self.tail)
+        errors = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "failed" in ln.lower()]
+        shown = (errors or lines)[-8:]
+        return f"llama-server ({describe_exit(code)}): " + (" | ".join(shown) if shown else "no output")
+
+    async def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> float:
+        """Poll ``/health`` until it answers 200; returns the seconds since start.
+
+        Raises ChildError with llama-server's own message when it exits first (a model it
+        refuses, a port it cannot bind), or when ``timeout`` passes (the child is stopped).
+        """
+        deadline = self.started_at + timeout
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=5) as client:
+            while True:
+                if self.returncode() is not None:
+                    await asyncio.to_thread(self._join_reader)
+                    raise ChildError(self.failure())
+                try:
+                    r = await client.get("/health")
+                    if r.status_code == 200:
+                        self.ready_seconds = time.monotonic() - self.started_at
+                        return self.ready_seconds
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    await self.stop()
+                    raise ChildError(f"llama-server did not become ready within {timeout:.0f} s; "
+                                     + self.failure())
+                await asyncio.sleep(0.05)
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+
+    async def wait_exit(self) -> int:
+        """Wait until the process exits; returns its return code."""
+        assert self.proc is not None
+        code = await asyncio.to_thread(self.proc.wait)
+        await asyncio.to_thread(self._join_reader)
+        return code
+
+    async def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; returns when the process is gone."""
+        self.stopping = True
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.proc.wait), grace)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await asyncio.to_thread(self.proc.wait)
+
+    def kill_now(self) -> None:
+        """Synchronous SIGKILL (last resort at interpreter exit)."""
+        self.stopping = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

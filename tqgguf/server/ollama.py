@@ -1,0 +1,301 @@
+"""Ollama's API on top of llama-server: request fields in, llama-server fields out, and back.
+
+Field names, defaults and response shapes follow Ollama's docs/api.md: ``options`` (the
+Modelfile parameters), ``format`` ("json" or a JSON schema), ``tools``, ``think``,
+``raw``, ``context``, ``keep_alive``, ``logprobs``/``top_logprobs``; responses carry
+``created_at``, ``done``, ``done_reason`` and the timings in nanoseconds
+(``total_duration``, ``load_duration``, ``prompt_eval_count``, ``prompt_eval_duration``,
+``eval_count``, ``eval_duration``); errors are ``{"error": "message"}``.
+
+Pure functions only (no I/O): ``app`` does the HTTP calls.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from ..config import parse_duration
+
+#: The Ollama API level these routes follow (logprobs on /api/chat and /api/generate came in 0.12.11).
+OLLAMA_API_VERSION = "0.12.11"
+
+#: Ollama's default sampling (api.DefaultOptions in Ollama's api/types.go), sent to
+#: llama-server so /api/* answers as Ollama's do (llama-server's own defaults differ).
+OLLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0,
+                   "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+#: Ollama option -> llama-server request field (same meaning).
+OPTION_FIELDS = {
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p",
+    "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty", "seed": "seed", "num_predict": "n_predict", "stop": "stop",
+    "num_keep": "n_keep", "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+    "penalize_newline": None, "tfs_z": None,
+}
+#: Ollama options that set how the model is loaded: num_ctx reloads the model (see
+#: runners); the others are fixed by `tqgguf serve`'s flags and are refused per request.
+LOAD_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "use_mlock", "num_thread", "numa",
+                "low_vram", "f16_kv", "vocab_only", "embedding_only", "logits_all", "use_numa"}
+
+
+class RequestError(Exception):
+    """A request the API refuses: HTTP ``status`` and the message for the client."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as Ollama writes ``created_at`` (RFC 3339, nanosecond-free)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def require_object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return body
+
+
+def model_name(body: dict) -> str:
+    name = body.get("model") or body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise RequestError(400, "model is required")
+    return name
+
+
+def keep_alive(body: dict) -> float | None:
+    """The request's ``keep_alive`` in seconds (None: not given). Ollama accepts a duration
+    string ("5m") or a number of seconds; negative keeps the model loaded."""
+    v = body.get("keep_alive")
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise RequestError(400, f"keep_alive {v!r} is not a duration; allowed: 5m, 1h, 30s, 0, -1, or seconds")
+    try:
+        return parse_duration(v)
+    except ValueError as e:
+        raise RequestError(400, f"keep_alive {v!r}: {e}") from None
+
+
+def options(body: dict) -> tuple[dict[str, Any], int | None]:
+    """llama-server sampling fields for the request's ``options`` (Ollama defaults first),
+    and its ``num_ctx`` (None when absent). Raises RequestError for an unknown option, a
+    wrong type, or a load option that cannot change per request."""
+    opts = body.get("options") or {}
+    if not isinstance(opts, dict):
+        raise RequestError(400, "options must be an object of Modelfile parameters, e.g. {\"temperature\": 0}")
+    out: dict[str, Any] = dict(OLLAMA_DEFAULTS)
+    num_ctx = None
+    for k, v in opts.items():
+        if k == "num_ctx":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise RequestError(400, f"options.num_ctx {v!r} must be a positive integer (tokens)")
+            num_ctx = v
+            continue
+        if k in LOAD_OPTIONS:
+            raise RequestError(400, f"options.{k} sets how the model is loaded and cannot change per request in "
+                                    f"tqgguf serve; set it with the serve command's flags (only num_ctx reloads)")
+        if k not in OPTION_FIELDS:
+            raise RequestError(400, f"unknown option {k!r}; allowed: {', '.join(sorted([*OPTION_FIELDS, 'num_ctx']))}")
+        field = OPTION_FIELDS[k]
+        if field is None:
+            raise RequestError(400, f"options.{k} is not supported by llama.cpp's sampler (removed upstream)")
+        if k == "stop":
+            if isinstance(v, str):
+                v = [v]
+            if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+                raise RequestError(400, "options.stop must be a string or a list of strings")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise RequestError(400, f"options.{k} {v!r} must be a number")
+        out[field] = v
+    return out, num_ctx
+
+
+def format_schema(fmt: Any) -> dict | None:
+    """The JSON schema for Ollama's ``format``: "json" -> any JSON object; a schema
+    object -> itself; absent/"" -> None. RequestError otherwise."""
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return {"type": "object"}
+    if isinstance(fmt, dict):
+        return fmt
+    raise RequestError(400, f"format {fmt!r} is not valid; allowed: \"json\" or a JSON schema object")
+
+
+def supports_thinking(chat_template: str) -> bool:
+    """True when the model's chat template has a thinking switch or thinking tags."""
+    return any(m in chat_template for m in ("enable_thinking", "<think>", "reasoning_content", "thinking"))
+
+
+def think_fields(body: dict, name: str, chat_template: str) -> dict[str, Any]:
+    """llama-server fields for ``think``: a model without thinking gets Ollama's 400."""
+    think = body.get("think")
+    if think is None:
+        return {}
+    if not isinstance(think, (bool, str)):
+        raise RequestError(400, f"think {think!r} must be true, false, or \"low\"/\"medium\"/\"high\"")
+    if not supports_thinking(chat_template):
+        if think is False:
+            return {}
+        raise RequestError(400, f"\"{name}\" does not support thinking")
+    on = think if isinstance(think, bool) else True
+    f: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": on}, "reasoning_format": "deepseek" if on else "none"}
+    if isinstance(think, str):
+        f["chat_template_kwargs"]["reasoning_effort"] = think
+    return f
+
+
+def logprob_fields(body: dict, *, chat: bool) -> dict[str, Any]:
+    lp, top = body.get("logprobs"), body.get("top_logprobs")
+    if lp is None and top is None:
+        return {}
+    if lp is not None and not isinstance(lp, bool):
+        raise RequestError(400, "logprobs must be true or false")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+        raise RequestError(400, "top_logprobs must be an integer from 0 to 20")
+    if not lp and not top:
+        return {}
+    if chat:
+        return {"logprobs": True, "top_logprobs": top or 0}
+    return {"n_probs": max(top or 0, 1)}
+
+
+def _tool_call_to_openai(tc: Any, i: int) -> dict:
+    if not isinstance(tc, dict) or not isinstance(tc.get("function"), dict):
+        raise RequestError(400, "messages[].tool_calls[] must be objects with a function {name, arguments}")
+    fn = tc["function"]
+    args = fn.get("arguments", {})
+    return {"id": tc.get("id") or f"call_{i}", "type": "function",
+            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+
+def chat_messages(messages: Any) -> list[dict]:
+    """Ollama messages -> OpenAI messages for llama-server (tool calls with string
+    arguments and ids, tool results with ``tool_call_id``/``name``). Images are refused."""
+    if not isinstance(messages, list):
+        raise RequestError(400, "messages must be a list of {role, content} objects")
+    out: list[dict] = []
+    last_ids: list[str] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(400, f"messages[{i}] must be an object with a role and content")
+        role = m["role"]
+        if role not in ("system", "user", "assistant", "tool"):
+            raise RequestError(400, f"messages[{i}].role {role!r}; allowed: system, user, assistant, tool")
+        content = m.get("content", "")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise RequestError(400, f"messages[{i}].content must be a string")
+        if m.get("images"):
+            raise RequestError(400, "this model does not support images (no vision projector is loaded)")
+        msg: dict[str, Any] = {"role": role, "content": content}
+        if role == "assistant" and m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list):
+                raise RequestError(400, f"messages[{i}].tool_calls must be a list")
+            msg["tool_calls"] = [_tool_call_to_openai(tc, j) for j, tc in enumerate(m["tool_calls"])]
+            last_ids = [tc["id"] for tc in msg["tool_calls"]]
+        if role == "assistant" and isinstance(m.get("thinking"), str):
+            msg["reasoning_content"] = m["thinking"]
+        if role == "tool":
+            name = m.get("tool_name") or m.get("name")
+            if name:
+                msg["name"] = name
+            msg["tool_call_id"] = m.get("tool_call_id") or (last_ids.pop(0) if last_ids else f"call_{i}")
+        out.append(msg)
+    return out
+
+
+def tools(body: dict) -> list | None:
+    t = body.get("tools")
+    if t is None:
+        return None
+    if not isinstance(t, list) or not all(isinstance(x, dict) and isinstance(x.get("function"), dict) for x in t):
+        raise RequestError(400, "tools must be a list of {type: \"function\", function: {name, description, "
+                                "parameters}} objects")
+    return [{"type": x.get("type", "function"), "function": x["function"]} for x in t]
+
+
+def tool_calls_from_openai(calls: list[dict]) -> list[dict]:
+    """OpenAI tool calls (string arguments) -> Ollama's (argument object, index)."""
+    out = []
+    for i, c in enumerate(calls):
+        fn = c.get("function") or {}
+        args = fn.get("arguments") or "{}"
+        try:
+            parsed = json.loads(args) if isinstance(args, str) else args
+        except json.JSONDecodeError:
+            parsed = {"_raw": args}
+        out.append({"function": {"index": i, "name": fn.get("name", ""), "arguments": parsed}})
+    return out
+
+
+def tool_calls_from_text(text: str, tool_names: set[str]) -> list[dict] | None:
+    """Tool calls a model wrote as plain JSON instead of in its template's tool-call
+    syntax (Qwen2.5-Coder answers ``{"name": ..., "arguments": {...}}`` without the
+    ``<tool_call>`` tags its template asks for), as Ollama's tool parser accepts them:
+    one object or a list of objects, optionally in ``<tool_call>`` tags or a ```json
+    fence, each naming one of ``tool_names``. OpenAI-shaped calls, or None."""
+    t = text.strip()
+    for a, b in (("<tool_call>", "</tool_call>"), ("```json", "```"), ("```", "```")):
+        if t.startswith(a) and t.endswith(b) and len(t) >= len(a) + len(b):
+            t = t[len(a):len(t) - len(b)].strip()
+            break
+    if not t.startswith(("{", "[")):
+        return None
+    try:
+        obj = json.loads(t)
+    except ValueError:
+        return None
+    items = obj if isinstance(obj, list) else [obj]
+    calls = []
+    for i, it in enumerate(items):
+        if not (isinstance(it, dict) and it.get("name") in tool_names and isinstance(it.get("arguments", {}), dict)):
+            return None
+        calls.append({"id": f"call_{i}", "type": "function",
+                      "function": {"name": it["name"], "arguments": json.dumps(it.get("arguments", {}))}})
+    return calls or None
+
+
+def logprobs_from_openai(lp: dict | None) -> list[dict] | None:
+    if not lp or not lp.get("content"):
+        return None
+    return [{"token": e.get("token", ""), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
+             "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob"), "bytes": t.get("bytes")}
+                              for t in e.get("top_logprobs") or []]} for e in lp["content"]]
+
+
+def logprobs_from_native(probs: list[dict] | None) -> list[dict] | None:
+    if not probs:
+        return None
+    return [{"token": e.get("token", ""), "logprob": e.get("logprob"), "bytes": e.get("bytes"),
+             "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob"), "bytes": t.get("bytes")}
+                              for t in e.get("top_logprobs") or []]} for e in probs]
+
+
+def done_reason(finish: str | None) -> str:
+    """Ollama's done_reason for an OpenAI finish_reason or a llama-server stop_type."""
+    return {"length": "length", "limit": "length"}.get(finish or "", "stop")
+
+
+def timings(t: dict | None, total_s: float, load_s: float) -> dict[str, int]:
+    """Ollama's timing fields (ns, counts) from llama-server's ``timings``."""
+    t = t or {}
+    return {"total_duration": int(total_s * 1e9), "load_duration": int(load_s * 1e9),
+            "prompt_eval_count": int(t.get("prompt_n", 0) or 0),
+            "prompt_eval_duration": int((t.get("prompt_ms", 0) or 0) * 1e6),
+            "eval_count": int(t.get("predicted_n", 0) or 0),
+            "eval_duration": int((t.get("predicted_ms", 0) or 0) * 1e6)}
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+    """(thinking, answer) of a completion that opens with a <think>...</think> block."""
+    start = text.find("<think>")
+    end = text.find("</think>")
+    if end < 0 or (start > 0 and text[:start].strip()):
+        return "", text
+    thinking = text[(start + len("<think>")) if start >= 0 else 0:end]
+    return thinking.strip(), text[end + len("</think>"):].lstrip()
