@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, rotation_option
+from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options, rotation_option
 
 
 def _echo_err(line: str) -> None:
@@ -29,6 +29,7 @@ def _echo_err(line: str) -> None:
 @flash_attn_option()
 @rotation_option()
 @k_center_option()
+@kv_plan_options()
 @click.option("--host", metavar="HOST[:PORT]", default=None,
               help="Listen address: host, :port, host:port, http://host:port [env TQGGUF_HOST, OLLAMA_HOST; "
                    "default 127.0.0.1:11434].")
@@ -41,14 +42,15 @@ def _echo_err(line: str) -> None:
               help="CPU threads per slot (default: cores / slots).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")
 @click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")
-def command(model, ctk, ctv, ctx, parallel, flash_attn, rot, k_center, host, port, keep_alive, n_gpu_layers, threads, alias,
+def command(model, ctk, ctv, ctx, parallel, flash_attn, rot, k_center, kv_boundary, kv_swa, kv_plan, host, port, keep_alive, n_gpu_layers, threads, alias,
             verbose):
     """Serve MODEL (a GGUF path or a name from `tqgguf models list`) with OpenAI (/v1) and
     Ollama (/api) compatible APIs. -np N gives N independent slots of -c tokens each."""
     from ..config import SettingsError, resolve_settings
 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
-                 "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "host": host, "port": port,
+                 "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
+                 "kv_swa": kv_swa, "kv_plan": kv_plan, "host": host, "port": port,
                  "keep_alive": keep_alive}
     try:
         settings = resolve_settings(overrides)

@@ -113,7 +113,8 @@ class SlotPool:
         s = self.settings
         return opener(self.config.model_path, ctk=s.cache_type_k, ctv=s.cache_type_v, n_ctx=s.context_length,
                       flash_attn=s.flash_attention, rotation=s.attn_rotation, n_gpu_layers=self.config.n_gpu_layers,
-                      n_threads=self.config.threads_per_slot, verbose=self.config.verbose, k_center=s.k_center)
+                      n_threads=self.config.threads_per_slot, verbose=self.config.verbose, k_center=s.k_center,
+                      kv_boundary=s.kv_boundary, kv_swa=s.kv_swa, kv_plan=s.kv_plan)
 
     def load(self) -> None:
         """Load the tokenizer and every slot (blocking; used at startup). Raises what

@@ -72,10 +72,15 @@ def startup_summary(config: ServeConfig, pool: SlotPool) -> list[str]:
                      f"attn_rot_v = {int(bool(r.attn_rot_v))}")
     else:
         lines.append(f"rotation: {rot} (from {src('attn_rotation')}): llama.cpp did not report attn_rot_k/v")
-    if s.k_center != "off":
+    if r and r.k_center_reason:
+        lines.append(f"k-center: auto (from {src('k_center')}) -> {r.k_center or 'off'}: {r.k_center_reason}")
+    elif s.k_center not in ("off", "auto"):
         state = ("active" if r.k_center_active else "INACTIVE, nothing to subtract") if r else "?"
         lines.append(f"k-center: {s.k_center} (from {src('k_center')}): {state}"
                      + (f" — {r.k_center}" if r and r.k_center else ""))
+    if r and r.kv_plan:
+        lines.append(f"layer plan: {r.kv_plan} -> layers {r.kv_plan_layers}; {r.kv_bytes_per_token} bytes per token, "
+                     f"{r.bits_per_value:.3f} bits/value")
     fa = r.flash_attn if r and r.flash_attn else "?"
     lines.append(f"flash attention: {fa} (asked {s.flash_attention}, from {src('flash_attention')})")
     ctx_note = ("" if pool.n_ctx == s.context_length
