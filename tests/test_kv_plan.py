@@ -1,0 +1,312 @@
+"""Per-layer K/V cache types (layer plans: ``--kv-boundary``, ``--kv-swa``, ``--kv-plan``,
+``LLAMA_KV_PLAN``) and ``--k-center auto``.
+
+Parsing and model checks run without the engine; the engine tests use the patched build
+with real models (SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-0.5B) and tiny synthetic ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tqgguf.kvplan import KVPlanError, build_plan, model_layers, parse_boundary, parse_map, read_header
+
+from .synthetic import tiny_llama_gguf
+
+SMOL, GEMMA, QWEN = "smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"
+
+
+# ----------------------------------------------------------------------------- parsing (no engine)
+
+def test_map_parses_ranges_and_swa_in_engine_form():
+    entries = parse_map(" 0-1, 28-29 : q8_0/q8_0 ; swa:F16/f16;5:turbo4/turbo3")
+    assert [str(e) for e in entries] == ["0-1,28-29:q8_0/q8_0", "swa:f16/f16", "5:turbo4/turbo3"]
+    assert entries[1].swa and not entries[0].swa
+
+
+@pytest.mark.parametrize("raw,msg", [
+    ("0-1:q9_0/q8_0", r"unknown K cache type .*'q9_0'; valid: f32, f16"),
+    ("0-1:q8_0/turbo5", r"unknown V cache type .*'turbo5'"),
+    ("0-3:q8_0/q8_0;2-5:f16/f16", r"layers 0-3 \(0-3:q8_0/q8_0\) and 2-5 \(2-5:f16/f16\) overlap"),
+    ("0-3,3:q8_0/q8_0", r"layers 0-3 .* and 3-3 .* overlap"),
+    ("3-1:q8_0/q8_0", r"'3-1' is not a layer range \(N or A-B with A <= B\)"),
+    ("first:q8_0/q8_0", r"'first' is not a layer range"),
+    ("q8_0/q8_0", r"has no LAYERS:K/V form"),
+    ("swa:f16/f16;swa:q8_0/q8_0", r"'swa' is given twice"),
+])
+def test_bad_maps_are_refused_naming_what_is_wrong(raw, msg):
+    with pytest.raises(KVPlanError, match=msg):
+        parse_map(raw)
+
+
+def test_boundary_defaults_to_q8_0_and_takes_one_type_for_both():
+    assert parse_boundary("2") == (2, "q8_0", "q8_0")
+    assert parse_boundary("1:f16") == (1, "f16", "f16")
+    assert parse_boundary("3:q8_0/turbo4") == (3, "q8_0", "turbo4")
+    with pytest.raises(KVPlanError, match=r"give N\[:K/V\]"):
+        parse_boundary("two")
+
+
+def test_header_reader_agrees_with_gguf_package(model_file):
+    """read_header (our fast header scan) against gguf.GGUFReader on a small real model."""
+    from gguf import GGUFReader
+
+    path = model_file(SMOL)
+    meta, names = read_header(path)
+    r = GGUFReader(str(path), "r")
+    assert names == [t.name for t in r.tensors]
+    for key in ("llama.block_count", "llama.attention.head_count_kv", "llama.context_length"):
+        f = r.fields[key]
+        assert meta[key] == f.parts[f.data[0]][0]
+    assert meta["general.architecture"] == "llama"
+
+
+def test_model_layers_of_the_three_models(model_file):
+    s, g, q = (model_layers(model_file(m)) for m in (SMOL, GEMMA, QWEN))
+    assert (s.n_layer, s.swa, s.k_bias_layers) == (30, False, 0)
+    assert (g.n_layer, g.swa, g.k_bias_layers) == (18, True, 0)
+    assert (q.n_layer, q.swa, q.k_bias_layers) == (24, False, 24)
+
+
+def test_boundary_plan_names_first_and_last_layers(model_file):
+    p = build_plan(model_file(QWEN), boundary="2")
+    assert p.engine_value() == "0-1,22-23:q8_0/q8_0"
+    assert p.k_types("turbo3") == {"q8_0", "turbo3"}
+    p = build_plan(model_file(QWEN), boundary="12:f16/f16")  # covers every layer: one range
+    assert p.engine_value() == "0-23:f16/f16" and p.k_types("turbo3") == {"f16"}
+    assert build_plan(model_file(QWEN)) is None
+
+
+def test_plan_for_another_layer_count_is_refused(model_file):
+    with pytest.raises(KVPlanError, match=r"layer 29 is named, but qwen2.5-coder.* has 24 layers \(0-23\)"):
+        build_plan(model_file(QWEN), plan="0-1,28-29:q8_0/q8_0")
+
+
+def test_boundary_overlapping_a_map_is_refused(model_file):
+    with pytest.raises(KVPlanError, match="overlap"):
+        build_plan(model_file(QWEN), boundary="2", plan="1-3:f16/f16")
+
+
+def test_kv_swa_on_a_model_without_sliding_window_is_refused(model_file):
+    with pytest.raises(KVPlanError, match="has no sliding-window layers"):
+        build_plan(model_file(SMOL), swa="f16")
+
+
+def test_plan_file_of_another_model_is_refused(model_file, tmp_path):
+    from tqgguf.fsutil import sha256_file_cached
+    from tqgguf.kvplan import PLAN_FILE_FORMAT
+
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps({"format": PLAN_FILE_FORMAT, "model": "SmolLM2-135M-Instruct.Q4_1.gguf",
+                             "model_sha256": sha256_file_cached(model_file(SMOL)), "n_layer": 30,
+                             "plan": "0-1:q8_0/q8_0"}))
+    assert build_plan(model_file(SMOL), plan=str(f)).engine_value() == "0-1:q8_0/q8_0"
+    with pytest.raises(KVPlanError, match=r"was made for SmolLM2-135M-Instruct.Q4_1.gguf .*not for qwen2.5"):
+        build_plan(model_file(QWEN), plan=str(f))
+
+
+def test_plan_settings_from_env_and_flags():
+    from tqgguf.config import SettingsError, resolve_settings
+
+    st = resolve_settings({"kv_boundary": "2"}, {"TQGGUF_KV_SWA": "f16", "TQGGUF_KV_PLAN": "3:q4_0/q4_0"})
+    assert (st.kv_boundary, st.kv_swa, st.kv_plan) == ("2:q8_0/q8_0", "f16/f16", "3:q4_0/q4_0")
+    assert st.source("kv_swa").name == "TQGGUF_KV_SWA"
+    with pytest.raises(SettingsError, match=r"TQGGUF_KV_PLAN='0-1:q8_0/bogus'.*unknown V cache type"):
+        resolve_settings({}, {"TQGGUF_KV_PLAN": "0-1:q8_0/bogus"})
+
+
+def test_sweep_plan_axis_expands_with_the_types():
+    from tqgguf.sweep.grid import expand, parse_plan_axes
+
+    plans = parse_plan_axes("0,2", "none", ())
+    cfgs = expand(["turbo3"], ["turbo3"], [True], ["off"], plans=plans)
+    assert [c.key for c in cfgs] == ["f16/f16/rot=n/a", "turbo3/turbo3/rot=on",
+                                     "turbo3/turbo3/rot=on/boundary=2:q8_0/q8_0"]
+    assert cfgs[2].plan_label == "--kv-boundary 2:q8_0/q8_0"
+
+
+def test_k_center_auto_resolution(model_file):
+    from tqgguf.kcenter import resolve_auto
+
+    kc, why = resolve_auto(model_file(QWEN), {"turbo4"})
+    assert str(kc) == "full" and "attn_k.bias in 24 of 24 layers" in why and "turbo4" in why
+    kc, why = resolve_auto(model_file(QWEN), {"f16"})
+    assert str(kc) == "off" and "not quantized" in why
+    kc, why = resolve_auto(model_file(QWEN), {"f16", "q8_0"})  # a plan that quantizes some layers' K
+    assert str(kc) == "full"
+    for m in (SMOL, GEMMA):
+        kc, why = resolve_auto(model_file(m), {"turbo3"})
+        assert str(kc) == "off" and "no bias" in why
+
+
+# ----------------------------------------------------------------------------- engine
+
+def _engine_refusal(model, plan: str, *, fa: bool = True) -> None:
+    """Open ``model`` through llama_cpp directly with LLAMA_KV_PLAN=plan (no tqgguf checks
+    in front); context creation must fail with a ValueError (the reason is in the log)."""
+    import llama_cpp
+
+    from tqgguf.engine import engine_env, ensure_engine
+
+    ensure_engine()
+    with engine_env(kv_plan=plan):
+        with pytest.raises(ValueError):
+            llama_cpp.Llama(model_path=str(model), n_ctx=64, verbose=False, flash_attn=fa, type_k=1, type_v=1)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("plan,msg", [
+    ("0-7:q8_0/q8_0", r"LLAMA_KV_PLAN=0-7:q8_0/q8_0: layer 7 is named, but this model has 2 layers \(0-1\)"),
+    ("0:q8_0/q9_9", r"unknown V cache type 'q9_9'; allowed: f32, f16"),
+    ("0-1:q8_0/q8_0;1:f16/f16", r"layer ranges 0-1 and 1-1 overlap"),
+    ("0-1 q8_0/q8_0", r"has no ':K/V' part"),
+    ("0:q8_0", r"must be K/V"),
+])
+def test_engine_refuses_a_bad_plan_by_name_without_aborting(tmp_path, plan, msg):
+    """LLAMA_KV_PLAN as llama.cpp's own tools see it: a bad plan fails context creation with
+    a logged reason (the process goes on), never an assert."""
+    import re
+
+    from tqgguf.engine import capture
+
+    model = tiny_llama_gguf(tmp_path / "t.gguf", head_dim=64, n_head=2, n_layer=2)
+    mark = capture.mark()
+    _engine_refusal(model, plan)
+    assert re.search(msg, capture.since(mark)), capture.since(mark)[-2000:]
+
+
+@pytest.mark.engine
+def test_engine_refuses_quantized_plan_v_without_flash_attention(tmp_path):
+    from tqgguf.engine import capture
+    from tqgguf.runtime import open_model
+
+    model = tiny_llama_gguf(tmp_path / "t.gguf", head_dim=64, n_head=2, n_layer=2)
+    mark = capture.mark()
+    _engine_refusal(model, "1:f16/q8_0", fa=False)
+    assert "layer 1 gets the quantized V type q8_0, which needs flash attention" in capture.since(mark)
+    with pytest.raises(ValueError, match="-fa off cannot be used with the layer plan's quantized V cache type q8_0"):
+        open_model(model, ctk="f16", ctv="f16", flash_attn="off", kv_plan="1:f16/q8_0")
+
+
+@pytest.mark.engine
+def test_mixed_plan_allocates_each_layers_types_and_counts_bytes(model_file):
+    """SmolLM2 (30 layers, 3 KV heads x 64) with --kv-boundary 2 on turbo3: the engine's
+    per-layer types, its bytes per token against the row sizes of the registry, and the
+    K/V MiB it allocated."""
+    from tqgguf.cachetypes import type_info
+    from tqgguf.runtime import open_model
+
+    eng = open_model(model_file(SMOL), ctk="turbo3", ctv="turbo3", kv_boundary="2", n_ctx=256, n_threads=2)
+    try:
+        r = eng.report
+        assert r.kv_plan == "0-1,28-29:q8_0/q8_0"
+        assert r.kv_plan_layers == "0-1 q8_0/q8_0, 2-27 turbo3/turbo3, 28-29 q8_0/q8_0"
+        assert r.k_type == "mixed" and r.v_type == "mixed"
+        row = lambda t: 192 // type_info(t).block_size * type_info(t).type_size  # noqa: E731
+        want = 2 * (4 * row("q8_0") + 26 * row("turbo3"))
+        assert r.kv_bytes_per_token == want
+        assert r.bits_per_value == pytest.approx(8 * want / (30 * 2 * 192))
+        assert (r.k_mib + r.v_mib) == pytest.approx(want * r.cells / 2**20, abs=0.01)
+        assert r.attn_rot_k and r.attn_rot_v
+    finally:
+        eng.close()
+
+
+@pytest.mark.engine
+def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused(model_file):
+    """Greedy 32 tokens after restoring a saved state equal the 32 generated before; a
+    context with another plan refuses the state, naming the per-layer K types."""
+    from tqgguf.runtime import open_model
+
+    path = model_file(SMOL)
+    eng = open_model(path, ctk="turbo3", ctv="turbo4", kv_plan="0-1:q8_0/f16;29:f16/q8_0", n_ctx=256,
+                     n_threads=2, logits_all=True)
+    try:
+        prompt = eng.llama.tokenize(b"The history of the city begins with", add_bos=True)
+        eng.llama.eval(prompt)
+        st = eng.llama.save_state()
+        tokens = []
+        for _ in range(32):
+            tokens.append(int(np.argmax(eng.llama.scores[eng.llama.n_tokens - 1])))
+            eng.llama.eval([tokens[-1]])
+        eng.llama.reset()
+        eng.llama.load_state(st)
+        again = []
+        for _ in range(32):
+            again.append(int(np.argmax(eng.llama.scores[eng.llama.n_tokens - 1])))
+            eng.llama.eval([again[-1]])
+        assert again == tokens
+        assert len(set(tokens)) > 3  # real text, not one token repeated
+    finally:
+        eng.close()
+    other = open_model(path, ctk="turbo3", ctv="turbo4", kv_boundary="2", n_ctx=256, n_threads=2)
+    try:
+        with pytest.raises(RuntimeError, match=r"K cache type: state has 0-1:q8_0,2-29:turbo3, context has "
+                                               r"0-1:q8_0,2-27:turbo3,28-29:q8_0"):
+            other.llama.load_state(st)
+    finally:
+        other.close()
+
+
+def _logits(path, n_tokens: int = 48, **kw) -> tuple[np.ndarray, object]:
+    from tqgguf.runtime import open_model
+    from tqgguf.texts import resolve_text
+
+    eng = open_model(path, n_ctx=128, n_threads=2, logits_all=True, **kw)
+    try:
+        toks = eng.llama.tokenize(resolve_text(None).content[:4000].encode(), add_bos=True)[:n_tokens]
+        eng.llama.eval(toks)
+        return np.array(eng.llama.scores[:n_tokens]), eng
+    finally:
+        eng.close()
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name", [SMOL, GEMMA])
+def test_k_center_auto_leaves_models_without_k_bias_bit_identical(model_file, name):
+    a, ea = _logits(model_file(name), ctk="turbo4", ctv="turbo4", k_center="auto")
+    b, _ = _logits(model_file(name), ctk="turbo4", ctv="turbo4", k_center="off")
+    assert str(ea.k_center) == "off" and "no bias" in ea.k_center_reason
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.engine
+def test_k_center_auto_centers_qwen_with_a_quantized_k_and_says_why(model_file):
+    from tqgguf.runtime import open_model
+
+    eng = open_model(model_file(QWEN), ctk="turbo4", ctv="turbo4", k_center="auto", n_ctx=128, n_threads=2)
+    try:
+        assert str(eng.k_center) == "full" and eng.report.k_center_active
+        assert "attn_k.bias in 24 of 24 layers" in eng.report.k_center_reason
+    finally:
+        eng.close()
+
+
+@pytest.mark.engine
+def test_gemma_swa_layers_at_f16_keep_the_global_layers_quantized(model_file):
+    """--kv-swa f16 on Gemma-3: the engine gives sliding-window layers f16 and the global
+    ones (every 6th) the -ctk/-ctv type; the global cache alone is rotated."""
+    from tqgguf.runtime import open_model
+
+    eng = open_model(model_file(GEMMA), ctk="turbo3", ctv="turbo3", kv_swa="f16", n_ctx=1024, n_threads=2)
+    try:
+        r = eng.report
+        assert r.kv_plan == "swa:f16/f16"
+        layers = dict(part.split(" ", 1) for cache in r.kv_plan_layers.split(" | ") for part in cache.split(", "))
+        assert layers.get("5") == "turbo3/turbo3" and layers.get("11") == "turbo3/turbo3"
+        assert layers.get("0-4") == "f16/f16"
+    finally:
+        eng.close()
+
+
+def test_kv_plan_cli_refuses_before_loading(model_file):
+    from click.testing import CliRunner
+
+    from tqgguf.cli import main
+
+    res = CliRunner().invoke(main, ["ppl", str(model_file(QWEN)), "--kv-plan", "0-1,28-29:q8_0/q8_0", "--chunks", "1"])
+    assert res.exit_code != 0 and "has 24 layers (0-23)" in res.output, res.output
+    assert not os.environ.get("LLAMA_KV_PLAN")
