@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
+#include <tuple>
 
 static const char * const KV_PLAN_FORMS =
     "ENTRY[;ENTRY...] with ENTRY = SELECTOR:K/V, SELECTOR = swa or layer ranges N or A-B joined by commas "
