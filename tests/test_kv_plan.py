@@ -310,3 +310,70 @@ def test_kv_plan_cli_refuses_before_loading(model_file):
     res = CliRunner().invoke(main, ["ppl", str(model_file(QWEN)), "--kv-plan", "0-1,28-29:q8_0/q8_0", "--chunks", "1"])
     assert res.exit_code != 0 and "has 24 layers (0-23)" in res.output, res.output
     assert not os.environ.get("LLAMA_KV_PLAN")
+
+
+# ----------------------------------------------------------------------------- tqgguf mix
+
+def _sens(n_layer: int, kld: dict) -> "object":
+    from tqgguf.mix import Sensitivity
+
+    return Sensitivity(kld, n_layer, ("q8_0", "turbo3"), 100)
+
+
+@pytest.mark.engine
+def test_mix_choice_is_the_exact_optimum_under_the_budget():
+    """The DP against brute force over every assignment of a 2-layer model."""
+    import itertools
+
+    from tqgguf.mix import bits_of, choose
+
+    rng = np.random.default_rng(0)
+    kld = {(il, s, t): float(rng.uniform(0.001, 0.1)) * (1 if t == "q8_0" else 5)
+           for il in range(2) for s in "kv" for t in ("q8_0", "turbo3")}
+    sens = _sens(2, kld)
+    for budget in (bits_of("turbo3"), 5.0, 8.5, 12.0):
+        types, predicted, achieved = choose(sens, budget)
+        assert achieved <= budget + 1e-9
+        best = min(
+            (sum(0 if t == "f16" else kld[(il, s, t)] for (il, s), t in zip(itertools.product(range(2), "kv"), combo)), combo)
+            for combo in itertools.product(("f16", "q8_0", "turbo3"), repeat=4)
+            if sum(bits_of(t) for t in combo) / 4 <= budget + 1e-9)
+        assert predicted == pytest.approx(best[0])
+
+
+@pytest.mark.engine
+def test_mix_refuses_a_budget_below_the_smallest_type():
+    from tqgguf.mix import MixError, bits_of, choose
+
+    with pytest.raises(MixError, match=r"--bits 2 is below the smallest type: turbo3 stores 3\.\d+ bits/value"):
+        choose(_sens(1, {}), 2.0)
+    assert bits_of("turbo3") > 2.0
+
+
+@pytest.mark.engine
+def test_mix_refuses_a_calibration_text_shorter_than_one_chunk(model_file):
+    from tqgguf.mix import MixError, measure
+
+    with pytest.raises(MixError, match=r"calibration text has \d+ tokens, shorter than one chunk of n_ctx 256"):
+        measure(model_file(SMOL), "A short text.", n_ctx=256, n_threads=2)
+
+
+@pytest.mark.engine
+def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
+    """SmolLM2, one lowered type, a short calibration: the plan file fits the budget, is
+    applied by --kv-plan, and is refused for another model."""
+    from tqgguf.kvplan import build_plan
+    from tqgguf.mix import choose, measure, write_plan
+    from tqgguf.texts import builtin_corpus
+
+    path = model_file(SMOL)
+    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=64, chunks=1, n_threads=2)
+    assert len(sens.kld) == 60 and all(v >= 0 for v in sens.kld.values())
+    types, predicted, achieved = choose(sens, 8.0)
+    assert achieved <= 8.0 and sum(t != "f16" for pair in types for t in pair) >= 30
+    doc = write_plan(tmp_path / "p.json", path, types, bits=8.0, predicted=predicted, achieved=achieved, sens=sens,
+                     text_label="pydoc")
+    plan = build_plan(path, plan=str(tmp_path / "p.json"))
+    assert plan.engine_value() == doc["plan"] and plan.n_layer == 30
+    with pytest.raises(KVPlanError, match="was made for SmolLM2"):
+        build_plan(model_file(QWEN), plan=str(tmp_path / "p.json"))
