@@ -26,6 +26,7 @@ over ``swa``; layers nobody names keep ``-ctk/-ctv``; overlapping ranges are ref
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -229,8 +230,19 @@ def read_header(model_path: str | os.PathLike) -> tuple[dict[str, object], list[
 
 
 def model_layers(model_path: str | os.PathLike) -> ModelLayers:
-    """Read :class:`ModelLayers` from a GGUF header (:func:`read_header`). Raises
-    KVPlanError when the file is not a GGUF or has no block count."""
+    """Read :class:`ModelLayers` from a GGUF header (:func:`read_header`; remembered per
+    file path, size and mtime). Raises KVPlanError when the file is not a GGUF or has no
+    block count."""
+    p = Path(model_path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise KVPlanError(f"cannot read {p}: {e.strerror or e}") from None
+    return _model_layers(str(p.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _model_layers(model_path: str, _size: int, _mtime: int) -> ModelLayers:
     meta, names = read_header(model_path)
     arch = str(meta.get("general.architecture", ""))
     n_layer = meta.get(f"{arch}.block_count")
