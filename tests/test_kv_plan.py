@@ -244,8 +244,9 @@ def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused
         eng.close()
     other = open_model(path, ctk="turbo3", ctv="turbo4", kv_boundary="2", n_ctx=256, n_threads=2)
     try:
-        with pytest.raises(RuntimeError, match=r"K cache type: state has 0-1:q8_0,2-29:turbo3, context has "
-                                               r"0-1:q8_0,2-27:turbo3,28-29:q8_0"):
+        with pytest.raises(RuntimeError, match=r"K cache type: state has 0-1:q8_0,2-28:turbo3,29:f16, context has "
+                                               r"0-1:q8_0,2-27:turbo3,28-29:q8_0; V cache type: state has "
+                                               r"0-1:f16,2-28:turbo4,29:q8_0"):
             other.llama.load_state(st)
     finally:
         other.close()
