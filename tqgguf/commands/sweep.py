@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cachetypes import CacheTypeError, EngineNotBuiltError
+from ..cachetypes import CacheTypeError, EngineNotBuiltError, is_quantized
 from ..sweep.grid import expand, parse_k_centers, parse_plan_axes, parse_rot, parse_types
 from .options import cache_type_options, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
 
@@ -53,8 +53,9 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
         plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
         text = resolve_text(text_file)
         path = resolve_model(model)
-        if "auto" in kcs:  # what auto means for this model with a quantized K (unquantized K: off anyway)
-            mode, why = resolve_auto(path, {"q8_0"})
+        if "auto" in kcs:  # what auto means for this model with the grid's quantized K types (else off anyway)
+            quant_k = {t for t in parse_types(ctk, "--ctk") if is_quantized(t)} or {"f16"}
+            mode, why = resolve_auto(path, quant_k)
             console.print(f"k-center auto -> {mode} for quantized K: {why}")
             kcs = list(dict.fromkeys(str(mode) if c == "auto" else c for c in kcs))
         configs = expand(parse_types(ctk, "--ctk"), parse_types(ctv, "--ctv"), parse_rot(rot), kcs, plans=plans)
