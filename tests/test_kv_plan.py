@@ -368,7 +368,7 @@ def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
     from tqgguf.texts import builtin_corpus
 
     path = model_file(SMOL)
-    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=64, chunks=1, n_threads=2)
+    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2)
     assert len(sens.kld) == 60 and all(v >= 0 for v in sens.kld.values())
     types, predicted, achieved = choose(sens, 8.0)
     assert achieved <= 8.0 and sum(t != "f16" for pair in types for t in pair) >= 30
