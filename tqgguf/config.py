@@ -301,8 +301,9 @@ def parse_cache_type(value: Any) -> str:
         raise ValueError(f"unknown cache type; allowed: {', '.join(KV_CACHE_TYPES)}") from None
 
 
-K_CENTER_ALLOWED = ("auto (full when the model's keys carry a bias and K is quantized, else off), off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE.gguf "
-                    "(FILE.gguf: where the calibration vectors are read, or written when missing)")
+K_CENTER_ALLOWED = ("off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE.gguf "
+                    "(FILE.gguf: where the calibration vectors are read, or written when missing), "
+                    "auto (full when the model's keys carry a bias and K is quantized, else off)")
 
 
 class KCenterError(ValueError):
