@@ -151,7 +151,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),  # data, build
     ("tqgguf.engine", "tqgguf.enginevars"),                                             # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
-    ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.mix"),               # features
+    ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features
     ("tqgguf.cli", "tqgguf.commands", "tqgguf.__main__"),                               # CLI
 ]
 

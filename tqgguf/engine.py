@@ -102,6 +102,27 @@ def gpu_offload_error(n_gpu_layers: int) -> str | None:
             "use -ngl 0 to run on the CPU")
 
 
+def backend_names() -> list[str]:
+    """Names of the ggml backends the installed engine registered (``ggml_backend_reg_name``
+    over ``ggml_backend_reg_count``), e.g. ``["CPU"]`` or ``["CUDA", "CPU"]``. Call after
+    :func:`ensure_engine`."""
+    from .cachetypes import _lib_dir
+
+    candidates = sorted(_lib_dir().glob("libggml.so*")) + sorted(_lib_dir().glob("libggml.dylib")) \
+        + sorted(_lib_dir().glob("ggml.dll"))
+    if not candidates:
+        raise EngineNotBuiltError(f"no libggml in {_lib_dir()}; run `tqgguf build`")
+    lib = ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_GLOBAL)
+    base = libggml_base()
+    lib.ggml_backend_reg_count.restype = ctypes.c_size_t
+    lib.ggml_backend_reg_get.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    base.ggml_backend_reg_name.restype = ctypes.c_char_p
+    base.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    return [base.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
+            for i in range(lib.ggml_backend_reg_count())]
+
+
 @contextmanager
 def engine_env(*, rotation: bool = True, k_center: str = "off", kv_plan: str = ""):
     """Set the variables the patched llama.cpp reads when it creates a KV cache:

@@ -117,6 +117,8 @@ class Engine:
     rotation: bool
     flash_attn: bool
     k_center: object = None  # the parsed tqgguf.kcenter.KCenter (auto resolved)
+    k_center_env: str = "off"  # the LLAMA_K_CENTER value the cache was created with
+    n_threads: int = 1
     k_center_reason: str = ""  # why --k-center auto chose k_center ("" when not auto)
     kv_plan: KVPlan | None = None
 
@@ -215,4 +217,69 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         raise EngineError(f"the engine did not apply the layer plan {plan_env!r} (it logged "
                           f"{report.kv_plan or 'no plan'!r}); is the installed engine older than patch 0009? "
                           "run `tqgguf build`")
-    return Engine(llama, report, ctk, ctv, rotation, fa, kc, reason, plan)
+    return Engine(llama, report, ctk, ctv, rotation, fa, kc, k_center_env, n_threads, reason, plan)
+
+
+@dataclass
+class Context:
+    """A further llama_context on an opened model (see :func:`open_context`).
+
+    ctx: the ``llama_context_p``; report: what llama.cpp logged when it created it;
+    n_ctx, n_batch, n_ubatch, n_seq_max: the values it was created with.
+    """
+
+    ctx: object
+    report: KVReport
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_seq_max: int
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            import llama_cpp
+
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+
+
+def open_context(engine: Engine, *, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int = 1,
+                 kv_unified: bool = False, swa_full: bool = False) -> Context:
+    """A new llama_context on ``engine``'s loaded model, with its K/V types, flash attention,
+    rotation, K centering, layer plan and threads, and the sizes given here — as llama-bench and
+    llama-batched-bench create one context per test on a model loaded once.
+
+    Args:
+        n_ctx: KV cells (tokens) of the context; n_batch/n_ubatch: logical/physical batch.
+        n_seq_max: sequences the context holds; kv_unified: one KV buffer shared by all
+            sequences (False: each sequence gets n_ctx / n_seq_max cells, llama.cpp's default).
+        swa_full: full-size cache for sliding-window layers (llama-bench passes False).
+    Returns:
+        Context; call ``close()`` (llama_free) when done.
+    Raises:
+        EngineError: llama.cpp could not create it (its error lines are in the message), or
+            used other K/V types than the engine's.
+    """
+    import llama_cpp
+
+    src = engine.llama.context_params
+    cp = type(src).from_buffer_copy(src)
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_batch, min(n_ubatch, n_batch)
+    cp.n_seq_max, cp.kv_unified, cp.swa_full = n_seq_max, kv_unified, swa_full
+    cp.n_threads = cp.n_threads_batch = engine.n_threads
+    mark = capture.mark()
+    with engine_env(rotation=engine.rotation, k_center=engine.k_center_env,
+                    kv_plan=engine.kv_plan.engine_value() if engine.kv_plan else ""):
+        ctx = llama_cpp.llama_init_from_model(engine.llama.model, cp)
+    log = capture.since(mark)
+    if not ctx:
+        errors = [ln.strip() for ln in log.splitlines()
+                  if any(w in ln.lower() for w in ("error", "failed", "does not", "requires", "invalid"))]
+        raise EngineError(f"llama.cpp could not create a context of n_ctx {n_ctx}, n_seq_max {n_seq_max} with "
+                          f"K={engine.ctk} V={engine.ctv}: " + ("; ".join(errors[-4:]) or "no reason logged"))
+    report = parse_kv_report(log)
+    if engine.kv_plan is None and report.k_type and (report.k_type != engine.ctk or report.v_type != engine.ctv):
+        llama_cpp.llama_free(ctx)
+        raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested "
+                          f"{engine.ctk}/{engine.ctv}")
+    return Context(ctx, report, n_ctx, n_batch, min(n_ubatch, n_batch), n_seq_max)

@@ -1,0 +1,210 @@
+"""`tqgguf bench`: llama-bench's tests through the engine — expansion, what a run decodes,
+the t/s arithmetic, resume, the three output formats, the batched table, refusals."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tqgguf import bench as B
+from tqgguf.cli import main as cli
+
+P, N, D, R = 16, 4, (0, 32), 2  # tiny sizes: SmolLM2 on 2 shared cores
+
+
+def _spec(model: Path, out: Path, ctv=("f16", "q8_0"), depths=D, batched=None) -> B.BenchSpec:
+    ks, vs, fas = ["f16"], list(ctv), ["auto"]
+    return B.BenchSpec(model=model, tests=B.expand(ks, vs, fas, [P], [N], list(depths)),
+                       configs=B.configs_of(ks, vs, fas), reps=R, n_threads=1, out_dir=out, batched=batched)
+
+
+@pytest.fixture(scope="module")
+def smollm2(model_file) -> Path:
+    return model_file("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def run(smollm2, tmp_path_factory):
+    """One real run: f16/f16 and f16/q8_0, pp16 and tg4 at depths 0 and 32, 2 repetitions."""
+    out = tmp_path_factory.mktemp("bench")
+    spec = _spec(smollm2, out)
+    B.validate(spec)
+    seen = []
+    rows = B.run_bench(spec, on_result=lambda r, resumed: seen.append(resumed))
+    return spec, rows, seen
+
+
+# -- expansion (no engine) --------------------------------------------------------------
+
+def test_lists_expand_to_every_combination_in_llama_bench_order():
+    tests = B.expand(["q8_0", "turbo4"], ["turbo4"], ["on"], [512], [128, 32], [0, 8192])
+    assert len(tests) == 2 * 1 * 1 * 2 * 3
+    assert [t.name for t in tests[:6]] == ["pp512", "tg128", "tg32", "pp512 @ d8192", "tg128 @ d8192",
+                                           "tg32 @ d8192"]
+    assert [(t.ctk, t.ctv) for t in tests[::6]] == [("q8_0", "turbo4"), ("turbo4", "turbo4")]
+    assert all(t.n_ctx == t.n_prompt + t.n_gen + t.n_depth for t in tests)
+
+
+def test_a_zero_size_makes_no_test_like_llama_bench():
+    assert [t.name for t in B.expand(["f16"], ["f16"], ["auto"], [0], [64], [0, 128])] == ["tg64", "tg64 @ d128"]
+
+
+@pytest.mark.parametrize("value,flag,err", [("8,-1", "-p", ">= 0"), ("1,x", "-d", "not an integer"),
+                                            ("", "-n", "not an integer")])
+def test_bad_integer_lists_name_the_flag_and_the_rule(value, flag, err):
+    with pytest.raises(B.BenchError, match=re.escape(flag) + ".*" + re.escape(err)):
+        B.parse_int_list(value, flag, minimum=0)
+
+
+# -- a real run -------------------------------------------------------------------------
+
+
+
+@pytest.mark.engine
+def test_each_test_decodes_exactly_its_tokens_after_its_depth(run):
+    spec, rows, seen = run
+    assert [r["test"] for r in rows] == ["pp16", "tg4", "pp16 @ d32", "tg4 @ d32"] * 2
+    assert [(r["type_k"], r["type_v"]) for r in rows] == [("f16", "f16")] * 4 + [("f16", "q8_0")] * 4
+    assert seen == [False] * 8
+    for r in rows:
+        # after every timed repetition the KV cache holds depth + the test's tokens: the
+        # depth was restored (from the saved state after the first repetition) and the
+        # test decoded exactly n_prompt or n_gen tokens
+        assert r["n_decoded"] == [r["n_prompt"] + r["n_gen"]] * R
+        assert r["n_kv_after"] == [r["n_depth"] + r["n_prompt"] + r["n_gen"]] * R
+        assert len(r["samples_ns"]) == R and all(s > 0 for s in r["samples_ns"])
+
+
+@pytest.mark.engine
+def test_t_per_s_is_tokens_over_time_averaged_over_repetitions(run):
+    _, rows, _ = run
+    for r in rows:
+        n = r["n_prompt"] + r["n_gen"]
+        rates = [1e9 * n / s for s in r["samples_ns"]]
+        assert r["avg_ts"] == pytest.approx(statistics.fmean(rates), rel=1e-12)
+        assert r["stddev_ts"] == pytest.approx(statistics.stdev(rates), rel=1e-9)
+        assert r["avg_ns"] == pytest.approx(statistics.fmean(r["samples_ns"]), abs=1)
+
+
+@pytest.mark.engine
+def test_rows_carry_the_model_and_the_kv_llama_cpp_allocated(run):
+    _, rows, _ = run
+    r0 = rows[0]
+    assert r0["model_type"].startswith("llama") and "Q4_1" in r0["model_type"]
+    assert 130e6 < r0["model_n_params"] < 140e6 and r0["backends"] == "CPU" and r0["flash_attn"] == 1
+    f16, q8 = rows[2], rows[6]  # pp16 @ d32, same n_ctx: V q8_0 is 8.5/16 of f16's bytes
+    assert q8["v_mib"] / f16["v_mib"] == pytest.approx(8.5 / 16, rel=0.02)
+    assert q8["k_mib"] == pytest.approx(f16["k_mib"])
+
+
+@pytest.mark.engine
+def test_results_are_written_as_they_come_and_a_rerun_resumes(run, smollm2):
+    spec, rows, _ = run
+    lines = spec.results.read_text().splitlines()
+    assert len(lines) == 8 and [json.loads(ln)["test"] for ln in lines] == [r["test"] for r in rows]
+    seen = []
+    again = B.run_bench(spec, on_result=lambda r, resumed: seen.append(resumed))
+    assert seen == [True] * 8 and again == rows and len(spec.results.read_text().splitlines()) == 8
+    # a line cut by a kill reruns that test only; a new depth adds only its tests
+    spec.results.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])
+    more = _spec(smollm2, spec.out_dir, ctv=("q8_0",), depths=(32, 48))
+    seen = []
+    rows2 = B.run_bench(more, on_result=lambda r, resumed: seen.append(resumed))
+    assert [r["test"] for r in rows2] == ["pp16 @ d32", "tg4 @ d32", "pp16 @ d48", "tg4 @ d48"]
+    assert seen == [True, False, False, False]
+    assert rows2[3]["n_kv_after"] == [48 + N] * R
+
+
+@pytest.mark.engine
+def test_the_three_output_formats_have_llama_bench_s_shape(run):
+    spec, _, _ = run
+    rows = B.run_bench(spec)  # all stored: the rows as they are in results.jsonl now
+    args = ["bench", str(spec.model), "-ctk", "f16", "-ctv", "f16,q8_0", "-p", str(P), "-n", str(N),
+            "-d", ",".join(map(str, D)), "-r", str(R), "-t", "1", "--dir", str(spec.out_dir), "--no-plot"]
+    md = CliRunner().invoke(cli, args + ["-o", "md"])
+    assert md.exit_code == 0, md.output
+    lines = [ln for ln in md.stdout.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head == ["model", "size", "params", "backend", "threads", "type_k", "type_v", "fa", "test", "t/s"]
+    assert len(lines) == 2 + 8
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    assert [c[8] for c in cells[:4]] == ["pp16", "tg4", "pp16 @ d32", "tg4 @ d32"]
+    assert cells[0][1] == f"{rows[0]['model_size'] / 2 ** 20:.2f} MiB"
+    assert cells[3][9] == f"{rows[3]['avg_ts']:.2f} ± {rows[3]['stddev_ts']:.2f}"
+
+    out = CliRunner().invoke(cli, args + ["-o", "csv"])
+    table = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert list(table[0]) == B.CSV_TEST_FIELDS and len(table) == 8
+    assert [float(t["avg_ts"]) for t in table] == [r["avg_ts"] for r in rows]
+    assert [(t["n_prompt"], t["n_gen"], t["n_depth"]) for t in table[:2]] == [(str(P), "0", "0"), ("0", str(N), "0")]
+
+    out = CliRunner().invoke(cli, args + ["-o", "jsonl"])
+    objs = [json.loads(ln) for ln in out.stdout.splitlines()]
+    assert len(objs) == 8 and "key" not in objs[0]
+    assert [o["avg_ts"] for o in objs] == [r["avg_ts"] for r in rows]
+    assert {"type_k", "type_v", "n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "samples_ns"} <= set(objs[0])
+
+
+@pytest.mark.engine
+def test_the_plot_is_a_png_with_a_panel_per_test_kind(run, tmp_path):
+    _, rows, _ = run
+    B.plot(rows, tmp_path / "b.png", "t")
+    data = (tmp_path / "b.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(data[16:20], "big")
+    assert width == 2 * 6 * 110  # two panels (pp16, tg4), 6 inches each at 110 dpi
+
+
+@pytest.mark.engine
+def test_batched_measures_s_tg_over_every_sequence(smollm2, tmp_path):
+    spec = _spec(smollm2, tmp_path, ctv=("f16",), depths=(0,), batched=B.BatchedSpec((8,), (4,), (1, 3)))
+    spec.tests = []
+    B.validate(spec)
+    rows = B.run_bench(spec)
+    assert [(r["pl"], r["n_kv"], r["n_kv_max"]) for r in rows] == [(1, 12, 36), (3, 36, 36)]
+    for r in rows:
+        assert r["kv_tokens_per_seq"] == [8 + 4] * r["pl"]
+        assert r["speed_tg"] == pytest.approx(r["pl"] * 4 / r["t_tg"])
+        assert r["speed"] == pytest.approx(r["pl"] * 12 / (r["t_pp"] + r["t_tg"]))
+    md = B.markdown(rows)
+    assert "| S_TG t/s |" in md.replace("  ", " ") or "S_TG t/s" in md.splitlines()[0]
+    assert len(md.splitlines()) == 4
+
+
+# -- refusals: clear errors before any run ------------------------------------------------
+
+@pytest.mark.engine
+@pytest.mark.parametrize("extra,code,msg", [
+    (["-ctk", "f16,turbo5"], 2, "turbo5"),
+    (["-d", "0,9000"], 2, "n_ctx_train = 8192"),
+    (["-p", "8000", "-d", "512"], 2, "8512 positions"),
+    (["-ngl", "99"], 1, "CPU only"),
+    (["-p", "-5"], 2, ">= 0"),
+    (["-r", "0"], 2, "repetitions must be >= 1"),
+    (["-p", "0", "-n", "0"], 2, "nothing to run"),
+    (["-ctv", "q8_0", "-fa", "off"], 2, "flash attention"),
+    (["-fa", "maybe"], 2, "on, off, auto"),
+    (["--batched", "-npl", "1,300"], 2, "at most"),
+    (["--batched", "-npp", "0"], 2, ">= 1"),
+])
+def test_bad_input_is_refused_before_any_run(smollm2, tmp_path, extra, code, msg):
+    out = tmp_path / "b"
+    res = CliRunner().invoke(cli, ["bench", str(smollm2), "--dir", str(out), *extra])
+    assert res.exit_code == code, res.output
+    assert msg in res.output
+    assert not out.exists()  # nothing ran, nothing written
+
+
+@pytest.mark.engine
+def test_depth_beyond_the_training_context_is_timed_only_when_asked(smollm2, tmp_path):
+    spec = _spec(smollm2, tmp_path / "b", depths=(0, 9000))
+    with pytest.raises(B.BenchError, match="pp16 @ d9000 needs 9016 positions.*--beyond-n-ctx-train"):
+        B.validate(spec)
+    spec.beyond_train = True
+    B.validate(spec)  # accepted (the run itself is llama-bench's, which never checks)

@@ -1,0 +1,121 @@
+"""``tqgguf bench``: llama-bench (and llama-batched-bench) measurements through the engine
+(thin layer over tqgguf.bench)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
+from .options import gpu_layers_option
+
+_TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
+
+
+@click.command(name="bench")
+@click.argument("model")
+@click.option("-ctk", "--ctk", "--cache-type-k", "ctk", metavar="LIST", default="f16", show_default=True,
+              help=f"Comma list of K cache types. {_TYPES}")
+@click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="LIST", default="f16", show_default=True,
+              help="Comma list of V cache types.")
+@click.option("-p", "--n-prompt", "n_prompt", metavar="LIST", default="512", show_default=True,
+              help="Comma list of prompt sizes: a ppP test each (0 = no pp test, as llama-bench).")
+@click.option("-n", "--n-gen", "n_gen", metavar="LIST", default="128", show_default=True,
+              help="Comma list of generation sizes: a tgN test each (0 = no tg test).")
+@click.option("-d", "--n-depth", "n_depth", metavar="LIST", default="0", show_default=True,
+              help="Comma list of depths: tokens in the KV cache (prefilled, untimed) before each test.")
+@click.option("-b", "--batch-size", "n_batch", type=int, default=2048, show_default=True, help="n_batch.")
+@click.option("-ub", "--ubatch-size", "n_ubatch", type=int, default=512, show_default=True, help="n_ubatch.")
+@click.option("-fa", "--flash-attn", "flash_attn", metavar="LIST", default="auto", show_default=True,
+              help="Comma list of on|off|auto (1|0). auto = on; a quantized V needs it.")
+@click.option("-r", "--repetitions", "reps", type=int, default=5, show_default=True,
+              help="Timed repetitions per test (t/s is their mean ± standard deviation).")
+@click.option("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores).")
+@gpu_layers_option()
+@click.option("-o", "--output", "fmt", type=click.Choice(["md", "csv", "jsonl"]), default="md", show_default=True,
+              help="Format printed to stdout as results come.")
+@click.option("--dir", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Results directory (default ./bench-<model>): results.jsonl (a rerun resumes), table.md, bench.png.")
+@click.option("--no-warmup", is_flag=True, help="Skip the warmup run before each test.")
+@click.option("--batched", is_flag=True, help="Also run llama-batched-bench's measurement (S_TG per sequence count).")
+@click.option("-npp", "npp", metavar="LIST", default="512", show_default=True,
+              help="--batched: prompt tokens per sequence (comma list).")
+@click.option("-ntg", "ntg", metavar="LIST", default="128", show_default=True,
+              help="--batched: generated tokens per sequence (comma list).")
+@click.option("-npl", "npl", metavar="LIST", default="1,8,32", show_default=True,
+              help="--batched: parallel sequences (comma list).")
+@click.option("--beyond-n-ctx-train", "beyond_train", is_flag=True,
+              help="Allow depth + tokens beyond the model's training context (refused by default): for speed "
+                   "only, the model's outputs there mean nothing. llama-bench does not check.")
+@click.option("--no-plot", is_flag=True, help="Do not write bench.png.")
+def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, reps, threads, n_gpu_layers,
+            fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train, no_plot):
+    """Tokens per second of MODEL (a GGUF path or a name from `tqgguf models list`) for every
+    K x V x fa x depth combination, measured the way llama-bench does (pp and tg tests,
+    t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table."""
+    from .. import bench
+    from ..models import ModelError, resolve_model
+    from ..runtime import EngineError
+
+    if threads is not None and threads < 1:
+        raise click.UsageError(f"-t {threads}: threads must be >= 1")
+    try:
+        ks, vs = bench.parse_type_list(ctk, "-ctk"), bench.parse_type_list(ctv, "-ctv")
+        fas = bench.parse_fa_list(flash_attn)
+        ps = bench.parse_int_list(n_prompt, "-p", minimum=0)
+        ns = bench.parse_int_list(n_gen, "-n", minimum=0)
+        ds = bench.parse_int_list(n_depth, "-d", minimum=0)
+        bspec = None
+        if batched:
+            bspec = bench.BatchedSpec(tuple(bench.parse_int_list(npp, "-npp", minimum=1)),
+                                      tuple(bench.parse_int_list(ntg, "-ntg", minimum=1)),
+                                      tuple(bench.parse_int_list(npl, "-npl", minimum=1)))
+        path = resolve_model(model)
+        spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds),
+                               configs=bench.configs_of(ks, vs, fas), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
+                               n_threads=threads, n_gpu_layers=n_gpu_layers, warmup=not no_warmup, batched=bspec,
+                               beyond_train=beyond_train,
+                               out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
+        bench.validate(spec)
+    except (CacheTypeError, ValueError, ModelError) as e:
+        raise click.UsageError(str(e)) from e
+    except (EngineError, EngineNotBuiltError) as e:
+        raise click.ClickException(str(e)) from e
+
+    state = {"test_header": False, "batched_header": False, "csv": set()}
+    all_rows: list[dict] = []
+
+    def show(row: dict, resumed: bool) -> None:
+        all_rows.append(row)
+        kind = row.get("kind", "test")
+        if fmt == "jsonl":
+            click.echo(bench.jsonl_line(row))
+        elif fmt == "csv":
+            if kind not in state["csv"]:
+                state["csv"].add(kind)
+                click.echo(bench.csv_line(bench.csv_fields(kind)))
+            click.echo(bench.csv_line([row.get(f) for f in bench.csv_fields(kind)]))
+        elif kind == "test":
+            if not state["test_header"]:
+                state["test_header"] = True
+                click.echo(bench.markdown_header([row]))
+            click.echo(bench.markdown_row(row))
+        else:
+            if not state["batched_header"]:
+                state["batched_header"] = True
+                click.echo(("\n" if state["test_header"] else "") + bench.batched_header())
+            click.echo(bench.batched_row(row))
+
+    def log(msg: str) -> None:
+        click.echo(f"bench: {msg}", err=True)
+
+    try:
+        rows = bench.run_bench(spec, on_result=show, log=log)
+    except (EngineError, EngineNotBuiltError, RuntimeError, OSError) as e:
+        raise click.ClickException(str(e)) from e
+    (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(rows)}\n")
+    written = ["results.jsonl", "table.md"]
+    if not no_plot:
+        bench.plot(rows, spec.out_dir / "bench.png", f"{path.name}: t/s by depth")
+        written.append("bench.png")
+    click.echo(f"bench: wrote {', '.join(str(spec.out_dir / w) for w in written)}", err=True)
