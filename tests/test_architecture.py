@@ -148,10 +148,10 @@ def test_layers_point_one_way(low, forbidden):
 #: the ones below. A new module must be placed here (and in the doc) to pass.
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
-    ("tqgguf.config", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),               # data, build
+    ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),  # data, build
     ("tqgguf.engine", "tqgguf.enginevars"),                                             # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
-    ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench"),  # features
+    ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features
     ("tqgguf.cli", "tqgguf.commands", "tqgguf.__main__"),                               # CLI
 ]
 

@@ -20,6 +20,7 @@ VERBS = {
     "sweep": "Asymmetric K/V cache type x rotation grid: PPL, KLD vs f16, KV size.",
     "serve": "Serve a model with OpenAI- and Ollama-compatible APIs.",
     "env": "Show every setting, its value and where it came from.",
+    "mix": "Choose per-layer K/V types under a bits/value budget from measured sensitivities.",
     "center": "Remove the constant part of K (attn_k.bias RoPE slow pairs) from a GGUF.",
 }
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, KV_CACHE_TYPES, CacheTypeError, check_cache_type,
                          flash_attn_conflict)
 from .fsutil import cache_dir
+from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_pair
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -44,7 +45,10 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_KV_CACHE_TYPE_V": "V cache type; overrides TQGGUF_KV_CACHE_TYPE for V",
     "TQGGUF_FLASH_ATTENTION": "flash attention: on, off, auto or a boolean",
     "TQGGUF_ATTN_ROTATION": "Hadamard rotation of Q/K/V for quantized caches (boolean)",
-    "TQGGUF_K_CENTER": "K centering in the engine: off, bias, bias:N, full, calib or calib:FILE",
+    "TQGGUF_K_CENTER": "K centering in the engine: auto (default), off, bias, bias:N, full, calib or calib:FILE",
+    "TQGGUF_KV_BOUNDARY": "first and last N layers at other K/V types: N[:K/V] (default K/V q8_0/q8_0)",
+    "TQGGUF_KV_SWA": "K/V types of the sliding-window layers: K/V or one type for both",
+    "TQGGUF_KV_PLAN": "per-layer K/V types: a map like 0-1,22-23:q8_0/q8_0 or a plan file from tqgguf mix",
     "TQGGUF_HOST": "address to serve on: host, :port, host:port or http(s)://host:port",
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
     "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
@@ -305,7 +309,8 @@ def parse_cache_type(value: Any) -> str:
 
 
 K_CENTER_ALLOWED = ("off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE.gguf "
-                    "(FILE.gguf: where the calibration vectors are read, or written when missing)")
+                    "(FILE.gguf: where the calibration vectors are read, or written when missing), "
+                    "auto (full when the model's keys carry a bias and K is quantized, else off)")
 
 
 class KCenterError(ValueError):
@@ -316,7 +321,8 @@ class KCenterError(ValueError):
 class KCenter:
     """A parsed ``--k-center`` value.
 
-    mode: "off", "bias", "full" or "calib"; ctx: bias period threshold in tokens (None = the
+    mode: "auto", "off", "bias", "full" or "calib" (auto is resolved per model and cache by
+    tqgguf.kcenter.resolve_auto); ctx: bias period threshold in tokens (None = the
     model's training context); path: calib file (None = beside the model).
     """
 
@@ -333,11 +339,12 @@ class KCenter:
 
     @property
     def on(self) -> bool:
-        return self.mode != "off"
+        return self.mode not in ("off", "auto")
 
 
 def parse_k_center(value: object) -> KCenter:
-    """Parse a ``--k-center`` value (the modes are described in tqgguf.kcenter); None/"" mean off.
+    """Parse a ``--k-center`` value (the modes are described in tqgguf.kcenter); None/"" mean off
+    (the settings' default is auto).
 
     Raises KCenterError naming the value and the allowed forms.
     """
@@ -349,6 +356,8 @@ def parse_k_center(value: object) -> KCenter:
     low = s.lower()
     if low in ("", "off", "0", "false", "no", "none"):
         return KCenter()
+    if low == "auto":
+        return KCenter("auto")
     if low in ("bias", "on", "1", "true", "yes"):
         return KCenter("bias")
     if low.startswith("bias:"):
@@ -375,6 +384,31 @@ def parse_k_center_setting(value: Any) -> str:
     """A ``--k-center`` value (off, bias, bias:N, full, calib, calib:FILE; booleans mean
     bias/off) in canonical form; ValueError (KCenterError) names what is allowed."""
     return str(parse_k_center(value))
+
+
+def _kv_boundary(value: Any) -> str:
+    n, k, v = parse_boundary(value)
+    return f"{n}:{k}/{v}"
+
+
+def _kv_swa(value: Any) -> str | None:
+    s = str(value).strip()
+    if s.lower() in ("", "none", "off"):
+        return None
+    k, v = parse_pair(s, "--kv-swa")
+    return f"{k}/{v}"
+
+
+def _kv_plan(value: Any) -> str | None:
+    s = str(value).strip()
+    if not s:
+        return None
+    if is_plan_file(s):
+        p = Path(os.path.expanduser(s))
+        if not p.is_file():
+            raise ValueError(f"no such plan file {p}; allowed: {PLAN_FORMS}")
+        return str(p)
+    return ";".join(str(e) for e in parse_map(s))
 
 
 def _host_part(value: Any) -> Any:
@@ -464,9 +498,18 @@ class Settings(BaseModel):
                                        parse_bool)] = Field(
         True, description="Hadamard rotation of Q/K/V for quantized caches (off = LLAMA_ATTN_ROT_DISABLE=1)")
     k_center: Annotated[str, Var((("k_center", "--k-center"),), ("TQGGUF_K_CENTER",), parse_k_center_setting)] = Field(
-        "off", description="K centering: full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
+        "auto", description="K centering: auto = full when the model has attn_k.bias and K is quantized "
+                           "(bias for sliding-window models), else off; full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
                            "bias/calib = the cache stores k - m (m: slow RoPE part of the bias, or the mean "
                            "calibration key); attention is unchanged, a quantized K gains range")
+    kv_boundary: Annotated[str | None, Var((("kv_boundary", "--kv-boundary"),), ("TQGGUF_KV_BOUNDARY",),
+                                           _kv_boundary)] = Field(
+        None, description="first and last N layers at K/V: N[:K/V] (default K/V q8_0/q8_0; 0 = none)")
+    kv_swa: Annotated[str | None, Var((("kv_swa", "--kv-swa"),), ("TQGGUF_KV_SWA",), _kv_swa)] = Field(
+        None, description="K/V types of sliding-window layers: K/V or one type for both (none = -ctk/-ctv)")
+    kv_plan: Annotated[str | None, Var((("kv_plan", "--kv-plan"),), ("TQGGUF_KV_PLAN",), _kv_plan)] = Field(
+        None, description="per-layer K/V types: a map LAYERS:K/V[;...] (e.g. 0-1,22-23:q8_0/q8_0; LAYERS may be "
+                          "swa) or a plan file from tqgguf mix")
     host: Annotated[str, Var((("host", "--host"),), _HOST_ENV, _host_part)] = Field(
         DEFAULT_HOST, description="interface to listen on")
     port: Annotated[int, Var((("port", "--port"), ("host", "--host")), _HOST_ENV, _port_part,

@@ -124,12 +124,13 @@ def backend_names() -> list[str]:
 
 
 @contextmanager
-def engine_env(*, rotation: bool = True, k_center: str = "off"):
+def engine_env(*, rotation: bool = True, k_center: str = "off", kv_plan: str = ""):
     """Set the variables the patched llama.cpp reads when it creates a KV cache:
     ``LLAMA_ATTN_ROT_DISABLE`` (upstream's rotation switch) and ``LLAMA_K_CENTER``
-    (tqgguf's K centering: off, bias[:N], file:PATH; see tqgguf.kcenter). Restores them
+    (tqgguf's K centering: off, bias[:N], file:PATH; see tqgguf.kcenter) and
+    ``LLAMA_KV_PLAN`` (per-layer K/V types, "" = none; see tqgguf.kvplan). Restores them
     after; serialised with a lock, since the environment is process-wide."""
-    wanted = {"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center}
+    wanted = {"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center, "LLAMA_KV_PLAN": kv_plan}
     with _env_lock:
         old = {k: os.environ.get(k) for k in wanted}
         os.environ.update(wanted)

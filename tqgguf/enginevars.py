@@ -2,9 +2,10 @@
 
 Two kinds, both printed once per process to stderr (never an error: the run goes on):
 
-- **Engine variables tqgguf overrides.** tqgguf sets ``LLAMA_ATTN_ROT_DISABLE`` and
-  ``LLAMA_K_CENTER`` for the engine from its own settings (``--rot/--no-rot`` /
-  ``TQGGUF_ATTN_ROTATION``, ``--k-center`` / ``TQGGUF_K_CENTER``). A value the user set
+- **Engine variables tqgguf overrides.** tqgguf sets ``LLAMA_ATTN_ROT_DISABLE``,
+  ``LLAMA_K_CENTER`` and ``LLAMA_KV_PLAN`` for the engine from its own settings
+  (``--rot/--no-rot`` / ``TQGGUF_ATTN_ROTATION``, ``--k-center`` / ``TQGGUF_K_CENTER``,
+  ``--kv-boundary/--kv-swa/--kv-plan``). A value the user set
   for llama.cpp's own tools would otherwise be replaced without a word; the warning says
   which value wins, why, and how to get the other one.
 - **Unknown ``TQGGUF_*`` variables** (likely typos, e.g. ``TQGGUF_KV_CACHE_TYP``), with the
@@ -22,6 +23,7 @@ from typing import Callable, Mapping
 OVERRIDDEN: dict[str, tuple[str, str]] = {
     "LLAMA_ATTN_ROT_DISABLE": ("rotation", "--rot/--no-rot or TQGGUF_ATTN_ROTATION=on|off"),
     "LLAMA_K_CENTER": ("K centering", "--k-center MODE or TQGGUF_K_CENTER=MODE"),
+    "LLAMA_KV_PLAN": ("layer plan", "--kv-boundary/--kv-swa/--kv-plan or TQGGUF_KV_BOUNDARY/_SWA/_PLAN"),
 }
 
 _warned: set[str] = set()

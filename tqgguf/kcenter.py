@@ -9,8 +9,12 @@ cache is created; the K-shift adds m back around RoPE.
 
 Modes (the ``--k-center`` / ``TQGGUF_K_CENTER`` value):
 
+``auto`` (default)
+    ``full`` when the model's keys carry a bias (``attn_k.bias``) and K is quantized
+    (``bias`` on sliding-window models, which full does not serve), else ``off``; see
+    :func:`resolve_auto`.
 ``off``
-    no centering (default).
+    no centering.
 ``bias`` / ``bias:N``
     data-free: m = the ``attn_k.bias`` components in RoPE pairs whose period exceeds the
     model's training context (or N tokens), plus unrotated dims — the part of the RoPE'd
@@ -40,15 +44,43 @@ from typing import Callable
 
 import numpy as np
 
-from .cachetypes import libggml_base
+from .cachetypes import is_quantized, libggml_base
 from .config import KCenter, KCenterError, parse_k_center
 from .engine import EngineError, engine_env, ensure_engine
 from .fsutil import atomic_output, sha256_file_cached
+from .kvplan import model_layers
 from .texts import builtin_corpus
 
 CALIB_SUFFIX = ".k_center.gguf"
 CALIB_ARCH = "tqgguf-k-center"
 KEY = "tqgguf.k_center."
+
+
+def resolve_auto(model_path: str | os.PathLike, k_types: set[str] | list[str] | tuple[str, ...]) -> tuple[KCenter, str]:
+    """What ``--k-center auto`` means for this model and these K cache types, and why.
+
+    full when the model's keys carry a bias (``blk.N.attn_k.bias`` tensors in the GGUF) and
+    some layer's K cache (``k_types``: every K type in use, -ctk and a layer plan's) is
+    quantized: without it Qwen2-family models collapse under a quantized K (turbo4/turbo4
+    +224% PPL on Qwen2.5-Coder-0.5B, +2.0% with full; docs/K_CENTERING.md). The engine's
+    full mode does not serve sliding-window caches, so such a model gets bias, the best mode
+    those caches take. Otherwise off, so a model without K bias, or an unquantized K, runs
+    exactly as with --k-center off.
+
+    Returns (the resolved KCenter, a one-line reason). Raises KVPlanError (a ValueError)
+    when the file is not a readable GGUF.
+    """
+    layers = model_layers(model_path)
+    quant = sorted(t for t in set(k_types) if is_quantized(t))
+    if not layers.k_bias_layers:
+        return KCenter(), "the model's keys carry no bias (no attn_k.bias tensors)"
+    bias = f"the model's keys carry a bias (attn_k.bias in {layers.k_bias_layers} of {layers.n_layer} layers)"
+    if not quant:
+        return KCenter(), f"{bias}, but K is not quantized ({', '.join(sorted(set(k_types)))}): nothing to gain"
+    if layers.swa:
+        return KCenter("bias"), (f"{bias} and K is quantized ({', '.join(quant)}); full does not serve "
+                                 "sliding-window caches, so bias (the slow-RoPE part of the bias)")
+    return KCenter("full"), f"{bias} and K is quantized ({', '.join(quant)})"
 
 
 def calib_path(model_path: str | os.PathLike, kc: KCenter) -> Path:
@@ -67,6 +99,8 @@ def engine_value(kc: KCenter | str | None, model_path: str | os.PathLike, *,
     an existing file is checked against the model. Raises KCenterError.
     """
     kc = parse_k_center(kc)
+    if kc.mode == "auto":
+        raise KCenterError("--k-center auto must be resolved for the model and K type first (resolve_auto)")
     if kc.mode == "off":
         return "off"
     if kc.mode in ("bias", "full"):

@@ -18,6 +18,7 @@ from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, fla
 from .config import parse_k_center
 from .engine import EngineError, capture, engine_env, ensure_engine, gpu_offload_error
 from . import kcenter
+from .kvplan import KVPlan, build_plan
 from .enginevars import warn_overrides
 
 
@@ -29,7 +30,13 @@ class KVReport:
     (MiB, summed over all KV caches, e.g. SWA + full on Gemma-3; printed with 2 decimals);
     attn_rot_k/attn_rot_v: the Hadamard rotation flags; flash_attn: its resolved setting;
     n_ctx: context size it allocated; k_center: what the engine's K centering subtracts
-    ("" = off; see tqgguf.kcenter) and k_center_active whether it subtracts anything.
+    ("" = off; see tqgguf.kcenter) and k_center_active whether it subtracts anything;
+    kv_plan: the LLAMA_KV_PLAN the engine applied ("" = none), kv_plan_layers its per-layer
+    K/V types in runs ("0-1 q8_0/q8_0, 2-21 turbo3/turbo3, ..."; one text per KV cache,
+    joined by " | "), kv_bytes_per_token the bytes one token takes in all KV caches and
+    bits_per_value the average stored bits per K/V value (None without a plan: then the
+    -ctk/-ctv types say it); k_center_reason why ``--k-center auto`` chose its mode (set by
+    open_model, "" when the mode was given).
     """
 
     k_type: str = ""
@@ -43,6 +50,11 @@ class KVReport:
     n_ctx: int = 0
     k_center: str = ""
     k_center_active: bool = False
+    k_center_reason: str = ""
+    kv_plan: str = ""
+    kv_plan_layers: str = ""
+    kv_bytes_per_token: int | None = None
+    bits_per_value: float | None = None
     log: str = field(default="", repr=False)
 
 
@@ -69,6 +81,13 @@ def parse_kv_report(log: str) -> KVReport:
     if kc:
         r.k_center = kc[0][0]
         r.k_center_active = any(a == "active" for _, a in kc)
+    plans = re.findall(r"kv_plan = (.*?): layers (.*) \(\d+ layers\); (\d+) bytes per token, ([\d.]+) bits/value", log)
+    if plans:
+        r.kv_plan = plans[0][0]
+        r.kv_plan_layers = " | ".join(p[1] for p in plans)
+        r.kv_bytes_per_token = sum(int(p[2]) for p in plans)
+        values = sum(int(p[2]) * 8 / float(p[3]) for p in plans if float(p[3]) > 0)
+        r.bits_per_value = 8 * r.kv_bytes_per_token / values if values else None
     return r
 
 
@@ -97,9 +116,11 @@ class Engine:
     ctv: str
     rotation: bool
     flash_attn: bool
-    k_center: object = None  # the parsed tqgguf.kcenter.KCenter
+    k_center: object = None  # the parsed tqgguf.kcenter.KCenter (auto resolved)
     k_center_env: str = "off"  # the LLAMA_K_CENTER value the cache was created with
     n_threads: int = 1
+    k_center_reason: str = ""  # why --k-center auto chose k_center ("" when not auto)
+    kv_plan: KVPlan | None = None
 
     def close(self) -> None:
         close = getattr(self.llama, "close", None)
@@ -111,6 +132,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
                n_batch: int | None = None, n_ubatch: int | None = None, flash_attn: str = "auto",
                rotation: bool = True, n_threads: int | None = None, n_gpu_layers: int = 0,
                logits_all: bool = False, seed: int = 0, verbose: bool = False, k_center: object = "off",
+               kv_boundary: object = None, kv_swa: object = None, kv_plan: object = None,
                **llama_kwargs) -> Engine:
     """Load ``model_path`` with K/V cache types given by ggml name.
 
@@ -124,41 +146,56 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
             has no GPU backend or its backend finds no device (llama.cpp would use the CPU).
         logits_all: keep logits of every position (needed for perplexity).
         k_center: K centering, a ``--k-center`` value (off, bias, bias:N, calib,
-            calib:FILE; see tqgguf.kcenter). calib computes the vectors first when
-            their file does not exist.
+            calib:FILE, auto; see tqgguf.kcenter). calib computes the vectors first when
+            their file does not exist; auto is resolved for this model and the K types in
+            use (tqgguf.kcenter.resolve_auto), the reason is in Engine.k_center_reason.
+        kv_boundary, kv_swa, kv_plan: a layer plan (``--kv-boundary N[:K/V]``, ``--kv-swa
+            K/V``, ``--kv-plan MAP|FILE``; tqgguf.kvplan.build_plan), or kv_plan a built
+            KVPlan. Layers it does not name keep ctk/ctv.
     Returns:
         Engine with the Llama object and the parsed KVReport.
     Raises:
         CacheTypeError: unknown cache type name (lists the valid ones).
         ValueError: bad flash attention mode, -fa off with quantized V, missing file;
-            KCenterError (a ValueError) for a bad k_center or a calib file of another model.
+            KCenterError (a ValueError) for a bad k_center or a calib file of another model;
+            KVPlanError (a ValueError) for a plan that is malformed or does not fit the model.
         EngineNotBuiltError: llama_cpp missing or not the tqgguf build.
         EngineError: llama.cpp refused (its error lines are in the message), e.g. a turbo
             type on a model whose head dim is not a multiple of 64.
     """
     ctk = check_cache_type(ctk, "K cache type (-ctk)")
     ctv = check_cache_type(ctv, "V cache type (-ctv)")
-    fa = resolve_flash_attn(flash_attn, ctk, ctv)
     path = Path(model_path)
     if not path.is_file():
         raise ValueError(f"model file not found: {path}")
+    plan = kv_plan if isinstance(kv_plan, KVPlan) else build_plan(path, boundary=kv_boundary, swa=kv_swa, plan=kv_plan)
+    fa = resolve_flash_attn(flash_attn, ctk, ctv)
+    for v in sorted(plan.v_types(ctv)) if plan else ():
+        if flash_attn_conflict(flash_attn, v):
+            raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; {FLASH_ATTN_RULE}")
     ensure_engine()
     if (why := gpu_offload_error(n_gpu_layers)) is not None:
         raise EngineError(why)
     import llama_cpp
 
     kc = parse_k_center(k_center)
+    reason = ""
+    if kc.mode == "auto":
+        kc, reason = kcenter.resolve_auto(path, plan.k_types(ctk) if plan else {ctk})
     n_threads = n_threads or os.cpu_count() or 1
     k_center_env = kcenter.engine_value(kc, path, n_threads=n_threads)
-    warn_overrides({"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center_env},
+    plan_env = plan.engine_value() if plan else ""
+    warn_overrides({"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center_env,
+                    "LLAMA_KV_PLAN": plan_env},
                    {"LLAMA_ATTN_ROT_DISABLE": f"rotation {'on' if rotation else 'off'}",
-                    "LLAMA_K_CENTER": f"--k-center {kc}"})
+                    "LLAMA_K_CENTER": f"--k-center {kc}" + (" (auto)" if reason else ""),
+                    "LLAMA_KV_PLAN": plan.source if plan else "no layer plan"})
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
     mark = capture.mark()
     capture.echo = verbose
     try:
-        with engine_env(rotation=rotation, k_center=k_center_env):
+        with engine_env(rotation=rotation, k_center=k_center_env, kv_plan=plan_env):
             llama = llama_cpp.Llama(
                 model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                 n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
@@ -171,10 +208,16 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         raise EngineError(f"llama.cpp could not open {path.name} with K={ctk} V={ctv}: "
                           + ("; ".join(errors[-4:]) or str(e))) from e
     report = parse_kv_report(capture.since(mark))
-    if report.k_type and (report.k_type != ctk or report.v_type != ctv):
+    report.k_center_reason = reason
+    if plan is None and report.k_type and (report.k_type != ctk or report.v_type != ctv):
         llama.close()
         raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested {ctk}/{ctv}")
-    return Engine(llama, report, ctk, ctv, rotation, fa, kc, k_center_env, n_threads)
+    if plan is not None and report.kv_plan != plan_env:
+        llama.close()
+        raise EngineError(f"the engine did not apply the layer plan {plan_env!r} (it logged "
+                          f"{report.kv_plan or 'no plan'!r}); is the installed engine older than patch 0009? "
+                          "run `tqgguf build`")
+    return Engine(llama, report, ctk, ctv, rotation, fa, kc, k_center_env, n_threads, reason, plan)
 
 
 @dataclass
@@ -203,7 +246,7 @@ class Context:
 def open_context(engine: Engine, *, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int = 1,
                  kv_unified: bool = False, swa_full: bool = False) -> Context:
     """A new llama_context on ``engine``'s loaded model, with its K/V types, flash attention,
-    rotation, K centering and threads, and the sizes given here — as llama-bench and
+    rotation, K centering, layer plan and threads, and the sizes given here — as llama-bench and
     llama-batched-bench create one context per test on a model loaded once.
 
     Args:
@@ -225,7 +268,8 @@ def open_context(engine: Engine, *, n_ctx: int, n_batch: int, n_ubatch: int, n_s
     cp.n_seq_max, cp.kv_unified, cp.swa_full = n_seq_max, kv_unified, swa_full
     cp.n_threads = cp.n_threads_batch = engine.n_threads
     mark = capture.mark()
-    with engine_env(rotation=engine.rotation, k_center=engine.k_center_env):
+    with engine_env(rotation=engine.rotation, k_center=engine.k_center_env,
+                    kv_plan=engine.kv_plan.engine_value() if engine.kv_plan else ""):
         ctx = llama_cpp.llama_init_from_model(engine.llama.model, cp)
     log = capture.since(mark)
     if not ctx:
@@ -234,7 +278,7 @@ def open_context(engine: Engine, *, n_ctx: int, n_batch: int, n_ubatch: int, n_s
         raise EngineError(f"llama.cpp could not create a context of n_ctx {n_ctx}, n_seq_max {n_seq_max} with "
                           f"K={engine.ctk} V={engine.ctv}: " + ("; ".join(errors[-4:]) or "no reason logged"))
     report = parse_kv_report(log)
-    if report.k_type and (report.k_type != engine.ctk or report.v_type != engine.ctv):
+    if engine.kv_plan is None and report.k_type and (report.k_type != engine.ctk or report.v_type != engine.ctv):
         llama_cpp.llama_free(ctx)
         raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested "
                           f"{engine.ctk}/{engine.ctv}")

@@ -52,11 +52,33 @@ def rotation_option(*, grid: bool = False):
 def k_center_option(*, grid: bool = False):
     """``--k-center MODE`` (parameter ``k_center``); grid: a comma list of modes."""
     if grid:
-        return click.option("--k-center", "k_center", metavar="LIST", default="off", show_default=True,
-                            help="K centering axis, a comma list of: off, bias, bias:N, full, calib, calib:FILE "
+        return click.option("--k-center", "k_center", metavar="LIST", default="auto", show_default=True,
+                            help="K centering axis, a comma list of: auto, off, bias, bias:N, full, calib, calib:FILE "
                                  "(applies to quantized K types only); see docs/K_CENTERING.md.")
     return click.option("--k-center", "k_center", metavar="MODE", default=None,
                         help=setting_help("k_center") + " See docs/K_CENTERING.md.")
+
+
+def kv_plan_options(*, grid: bool = False):
+    """``--kv-boundary``, ``--kv-swa``, ``--kv-plan`` (parameters ``kv_boundary``,
+    ``kv_swa``, ``kv_plan``): per-layer K/V types (tqgguf.kvplan). grid: ``--kv-boundary``
+    and ``--kv-swa`` take comma lists (``0`` / ``none`` = no such layers) and ``--kv-plan``
+    may be repeated; each value is one more point on the axis."""
+    if grid:
+        b = click.option("--kv-boundary", "kv_boundary", metavar="LIST", default="0", show_default=True,
+                         help="Boundary-layer axis, a comma list of N[:K/V] (first and last N layers at K/V, "
+                              "default q8_0/q8_0; 0 = none).")
+        s = click.option("--kv-swa", "kv_swa", metavar="LIST", default="none", show_default=True,
+                         help="Sliding-window-layer axis, a comma list of K/V or T (none = -ctk/-ctv).")
+        p = click.option("--kv-plan", "kv_plan", metavar="MAP|FILE", multiple=True,
+                         help="An explicit layer map (0-1,22-23:q8_0/q8_0) or a plan file from tqgguf mix; "
+                              "repeat for more points.")
+    else:
+        b = click.option("--kv-boundary", "kv_boundary", metavar="N[:K/V]", default=None,
+                         help=setting_help("kv_boundary"))
+        s = click.option("--kv-swa", "kv_swa", metavar="K/V", default=None, help=setting_help("kv_swa"))
+        p = click.option("--kv-plan", "kv_plan", metavar="MAP|FILE", default=None, help=setting_help("kv_plan"))
+    return lambda f: b(s(p(f)))
 
 
 def text_option():

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError, type_info
-from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, rotation_option, text_option
+from .options import (cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options,
+                      rotation_option, text_option)
 
 
 @click.command(name="ppl")
@@ -22,12 +23,14 @@ from .options import cache_type_options, flash_attn_option, gpu_layers_option, k
 @rotation_option()
 @flash_attn_option()
 @k_center_option()
+@kv_plan_options()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
 @gpu_layers_option()
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the result as JSON to this file.")
 @click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")
-def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn, k_center, threads, n_gpu_layers, json_file, verbose):
+def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn, k_center, kv_boundary, kv_swa, kv_plan,
+            threads, n_gpu_layers, json_file, verbose):
     """Perplexity of MODEL (a GGUF path or a name from `tqgguf models list`) on a text,
     computed the way llama-perplexity does (second half of each n_ctx chunk scored)."""
     from ..models import ModelError, resolve_model
@@ -38,7 +41,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
 
     try:  # flags > TQGGUF_* > OLLAMA_* > defaults, the same settings model as `serve`
         st = resolve_settings({"cache_type_k": ctk, "cache_type_v": ctv, "flash_attention": flash_attn,
-                               "attn_rotation": rot, "k_center": k_center})
+                               "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
+                               "kv_swa": kv_swa, "kv_plan": kv_plan})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
@@ -54,7 +58,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
         text = resolve_text(text_file)
         path = resolve_model(model)
         engine = open_model(path, ctk=ctk, ctv=ctv, n_ctx=n_ctx, n_batch=n_batch, flash_attn=flash_attn, rotation=rot,
-                            n_threads=threads, n_gpu_layers=n_gpu_layers, verbose=verbose, k_center=k_center)
+                            n_threads=threads, n_gpu_layers=n_gpu_layers, verbose=verbose, k_center=k_center,
+                            kv_boundary=st.kv_boundary, kv_swa=st.kv_swa, kv_plan=st.kv_plan)
     except (ModelError, EngineError, EngineNotBuiltError, FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     r = engine.report
@@ -62,8 +67,15 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     err(f"model: {path.name}   text: {text.label}", err=True)
     err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
         f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
-    if k_center != "off":
-        err(f"k_center: {r.k_center or k_center}: {'active' if r.k_center_active else 'INACTIVE (nothing to subtract)'}",
+    if engine.kv_plan:
+        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}, others {ctk}/{ctv}; "
+            f"{r.kv_bytes_per_token} bytes per token, {r.bits_per_value:.3f} bits/value", err=True)
+    kc = str(engine.k_center)
+    if engine.k_center_reason:
+        err(f"k_center: auto -> {kc}: {engine.k_center_reason}" + (f"; engine: {r.k_center}" if r.k_center else ""),
+            err=True)
+    elif kc != "off":
+        err(f"k_center: {r.k_center or kc}: {'active' if r.k_center_active else 'INACTIVE (nothing to subtract)'}",
             err=True)
 
     def on_chunk(i, n, running):
@@ -81,7 +93,10 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     if json_file:
         out = {"model": str(path), "text": text.label, "text_sha256": text.sha256, "ctk": ctk, "ctv": ctv,
                "rotation": rot, "flash_attn": r.flash_attn, "attn_rot_k": r.attn_rot_k, "attn_rot_v": r.attn_rot_v,
-               "k_center": k_center, "k_center_engine": r.k_center, "k_center_active": r.k_center_active,
+               "k_center": kc, "k_center_setting": k_center, "k_center_reason": engine.k_center_reason,
+               "k_center_engine": r.k_center, "k_center_active": r.k_center_active,
+               "kv_plan": str(engine.kv_plan or ""), "kv_plan_layers": r.kv_plan_layers,
+               "kv_bytes_per_token": r.kv_bytes_per_token, "bits_per_value": r.bits_per_value,
                "k_mib": r.k_mib, "v_mib": r.v_mib, "kv_cells": r.cells,
                "k_bits_per_value": type_info(ctk).bits_per_value, "v_bits_per_value": type_info(ctv).bits_per_value,
                **res.to_dict()}

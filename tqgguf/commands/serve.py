@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, rotation_option
+from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options, rotation_option
 
 
 def _echo_err(line: str) -> None:
@@ -32,6 +32,7 @@ def _echo_err(line: str) -> None:
 @flash_attn_option()
 @rotation_option()
 @k_center_option()
+@kv_plan_options()
 @click.option("--host", metavar="HOST[:PORT]", default=None,
               help="Listen address: host, :port, host:port, http://host:port [env TQGGUF_HOST, OLLAMA_HOST; "
                    "default 127.0.0.1:11434].")
@@ -44,8 +45,8 @@ def _echo_err(line: str) -> None:
               help="CPU threads of llama-server (default: its own, every core).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")
 @click.option("-v", "--verbose", is_flag=True, help="Show every line of llama-server's log (default: warnings, errors).")
-def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, host, port, keep_alive, n_gpu_layers,
-            threads, alias, verbose):
+def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, kv_boundary, kv_swa, kv_plan, host, port,
+            keep_alive, n_gpu_layers, threads, alias, verbose):
     """Serve MODEL (a GGUF path or a name from `tqgguf models list`) with OpenAI (/v1) and
     Ollama (/api) compatible APIs, through a supervised llama-server child built by
     `tqgguf build` (or TQGGUF_LLAMA_SERVER). -np N slots of -c tokens each, continuously
@@ -53,8 +54,9 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     from ..config import SettingsError, resolve_settings
 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
-                 "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "host": host, "port": port,
-                 "keep_alive": keep_alive, "max_context": max_ctx}
+                 "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
+                 "kv_swa": kv_swa, "kv_plan": kv_plan, "host": host, "port": port, "keep_alive": keep_alive,
+                 "max_context": max_ctx}
     try:
         settings = resolve_settings(overrides)
     except SettingsError as e:
@@ -71,7 +73,6 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.ClickException(str(e)) from None
 
     from ..builder.driver import llama_server_path
-    from ..config import KCenterError
     from ..models import ModelError, resolve_model
     from ..server import ServeConfig, serve
     from ..server.child import ChildError
@@ -88,12 +89,14 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     path = Path(path)
     if not alias:  # a registry name is its own alias; a file is named by its stem
         alias = path.stem if Path(model).expanduser().is_file() else model.strip().lower()
+    engine_env_for = _EngineEnv(settings, threads)
     try:
-        env = _engine_env(settings, path, threads)
-    except KCenterError as e:
+        env = engine_env_for(path)  # the default model's, checked before anything starts
+    except ValueError as e:  # KCenterError, KVPlanError: name the flag and what is allowed
         raise click.UsageError(str(e)) from None
     config = ServeConfig(model_path=path, alias=alias, settings=settings, llama_server=binary,
-                         n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, engine_env=env)
+                         n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, engine_env=env,
+                         engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path])
     try:
         serve(config, echo=_echo_err)
     except PortError as e:
@@ -102,21 +105,60 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
 
 
-def _engine_env(settings, path: Path, threads: int | None) -> dict[str, str]:
-    """The engine variables llama-server must see for these settings: exactly what
-    ``tqgguf.engine.engine_env`` sets for the in-process engine (rotation, K centering),
-    so the child and ``tqgguf ppl`` read the same switches. ``--k-center calib`` computes
-    its calibration file first (that step loads the model in-process once)."""
-    import os
+class _EngineEnv:
+    """The engine variables llama-server must see for a model under these settings: exactly
+    what ``tqgguf.engine.engine_env`` sets for the in-process engine (rotation, K centering,
+    the layer plan), so the child and ``tqgguf ppl`` read the same switches. Per model, since
+    ``--k-center auto`` and a layer plan depend on the model (its K bias, its layers); cached,
+    and ``notes[path]`` holds the startup lines that say what was chosen and why.
+    ``--k-center calib`` computes its calibration file first (that step loads the model
+    in-process once). Raises KCenterError / KVPlanError (ValueErrors) naming the flag."""
 
-    from ..engine import engine_env
-    from ..enginevars import warn_overrides
-    from ..kcenter import engine_value
+    def __init__(self, settings, threads: int | None):
+        self.settings, self.threads = settings, threads
+        self.envs: dict[Path, dict[str, str]] = {}
+        self.notes: dict[Path, list[str]] = {}
 
-    kc = engine_value(settings.k_center, path, n_threads=threads)
-    warn_overrides({"LLAMA_ATTN_ROT_DISABLE": "0" if settings.attn_rotation else "1", "LLAMA_K_CENTER": kc},
-                   {"LLAMA_ATTN_ROT_DISABLE": f"rotation {'on' if settings.attn_rotation else 'off'}",
-                    "LLAMA_K_CENTER": f"--k-center {settings.k_center}"}, echo=_echo_err)
-    before = dict(os.environ)
-    with engine_env(rotation=settings.attn_rotation, k_center=kc):
-        return {k: v for k, v in os.environ.items() if before.get(k) != v}
+    def __call__(self, path: Path) -> dict[str, str]:
+        path = Path(path)
+        if path not in self.envs:
+            self.envs[path] = self._compute(path)
+        return dict(self.envs[path])
+
+    def _compute(self, path: Path) -> dict[str, str]:
+        import os
+
+        from ..cachetypes import FLASH_ATTN_RULE, flash_attn_conflict
+        from ..config import parse_k_center
+        from ..engine import engine_env
+        from ..enginevars import warn_overrides
+        from ..kcenter import engine_value, resolve_auto
+        from ..kvplan import build_plan
+
+        s = self.settings
+        plan = build_plan(path, boundary=s.kv_boundary, swa=s.kv_swa, plan=s.kv_plan)
+        for v in sorted(plan.v_types(s.cache_type_v)) if plan else ():
+            if flash_attn_conflict(s.flash_attention, v):
+                raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; "
+                                 f"{FLASH_ATTN_RULE}")
+        kc, reason = parse_k_center(s.k_center), ""
+        if kc.mode == "auto":
+            kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k})
+        kc_env = engine_value(kc, path, n_threads=self.threads)
+        plan_env = plan.engine_value() if plan else ""
+        notes = []
+        if reason:
+            notes.append(f"k-center: auto (from {s.source('k_center')}) -> {kc}: {reason}")
+        elif kc.mode != "off":
+            notes.append(f"k-center: {kc} (from {s.source('k_center')})")
+        if plan:
+            notes.append(f"layer plan: {plan.source} -> LLAMA_KV_PLAN={plan_env}")
+        self.notes[path] = notes
+        warn_overrides({"LLAMA_ATTN_ROT_DISABLE": "0" if s.attn_rotation else "1", "LLAMA_K_CENTER": kc_env,
+                        "LLAMA_KV_PLAN": plan_env},
+                       {"LLAMA_ATTN_ROT_DISABLE": f"rotation {'on' if s.attn_rotation else 'off'}",
+                        "LLAMA_K_CENTER": f"--k-center {kc}" + (" (auto)" if reason else ""),
+                        "LLAMA_KV_PLAN": plan.source if plan else "no layer plan"}, echo=_echo_err)
+        before = dict(os.environ)
+        with engine_env(rotation=s.attn_rotation, k_center=kc_env, kv_plan=plan_env):
+            return {k: v for k, v in os.environ.items() if before.get(k) != v}

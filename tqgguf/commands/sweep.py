@@ -8,9 +8,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cachetypes import CacheTypeError, EngineNotBuiltError
-from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
-from .options import cache_type_options, gpu_layers_option, k_center_option, rotation_option, text_option
+from ..cachetypes import CacheTypeError, EngineNotBuiltError, is_quantized
+from ..sweep.grid import expand, parse_k_centers, parse_plan_axes, parse_rot, parse_types
+from .options import cache_type_options, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
 
 console = Console(stderr=True)
 
@@ -21,6 +21,7 @@ console = Console(stderr=True)
 @cache_type_options(grid=True)
 @rotation_option(grid=True)
 @k_center_option(grid=True)
+@kv_plan_options(grid=True)
 @click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=512, show_default=True, help="n_ctx per chunk.")
 @click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Chunks scored per configuration.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -32,26 +33,32 @@ console = Console(stderr=True)
 @click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags (implied by a budget).")
 @click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")
 @click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent (with --max-kld, both must hold).")
-def command(model, text_file, ctk, ctv, rot, k_center, n_ctx, chunks, out_dir, baseline, threads, n_gpu_layers, recommend,
+def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_plan, n_ctx, chunks, out_dir, baseline, threads, n_gpu_layers, recommend,
             max_kld, max_dppl):
-    """Run every K x V x rotation x K-center combination (llama-bench style lists) against an f16/f16
-    baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
+    """Run every K x V x rotation x K-center x layer-plan combination (llama-bench style lists) against
+    an f16/f16 baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
     from ..models import ModelError, resolve_model
     from ..quality import BaselineMismatchError, TextTooShortError
     from ..runtime import EngineError
     from ..sweep.runner import SweepSpec, run_sweep
     from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
     from ..texts import resolve_text
-    from ..kcenter import engine_value
+    from ..kcenter import engine_value, resolve_auto
 
     recommend = recommend or max_kld is not None or max_dppl is not None  # a budget asks for a recommendation
     if recommend and max_kld is None and max_dppl is None:
         raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
     try:
-        configs = expand(parse_types(ctk, "--ctk"), parse_types(ctv, "--ctv"), parse_rot(rot),
-                         parse_k_centers(k_center))
+        kcs = parse_k_centers(k_center)
+        plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
         text = resolve_text(text_file)
         path = resolve_model(model)
+        if "auto" in kcs:  # what auto means for this model with the grid's quantized K types (else off anyway)
+            quant_k = {t for t in parse_types(ctk, "--ctk") if is_quantized(t)} or {"f16"}
+            mode, why = resolve_auto(path, quant_k)
+            console.print(f"k-center auto -> {mode} for quantized K: {why}")
+            kcs = list(dict.fromkeys(str(mode) if c == "auto" else c for c in kcs))
+        configs = expand(parse_types(ctk, "--ctk"), parse_types(ctv, "--ctv"), parse_rot(rot), kcs, plans=plans)
         for kc in {c.kc for c in configs if c.kc.startswith("calib")}:  # compute/check the file before the run
             engine_value(kc, path, n_threads=threads)
     except (CacheTypeError, ValueError, FileNotFoundError, ModelError) as e:

@@ -94,9 +94,7 @@ def startup_summary(config: ServeConfig, runner: Runner) -> list[str]:
              f"rotation: {'on' if s.attn_rotation else 'off'} (from {src('attn_rotation')}): "
              f"LLAMA_ATTN_ROT_DISABLE={config.engine_env.get('LLAMA_ATTN_ROT_DISABLE', '?')} in llama-server's "
              "environment"]
-    if s.k_center != "off":
-        lines.append(f"k-center: {s.k_center} (from {src('k_center')}): LLAMA_K_CENTER="
-                     f"{config.engine_env.get('LLAMA_K_CENTER', '?')}")
+    lines += config.engine_notes  # K centering (auto: what it chose and why), the layer plan
     lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})")
     lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
                  f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")

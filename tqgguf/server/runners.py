@@ -57,7 +57,10 @@ class ServeConfig:
     settings: resolved :class:`~tqgguf.config.Settings`; llama_server: the binary;
     n_gpu_layers: ``-ngl``; n_threads: ``-t`` for llama-server (None: its default, every
     core); verbose: echo every llama-server log line (otherwise only warnings, errors and
-    load/exit lines).
+    load/exit lines); engine_env: the engine variables (LLAMA_*) of the default model's
+    child; engine_env_for: the same for any model path (``--k-center auto`` and layer plans
+    depend on the model; None: engine_env for every model), raising ValueError for a model
+    the settings do not fit; engine_notes: startup lines saying what was chosen and why.
     """
 
     model_path: Path
@@ -68,6 +71,8 @@ class ServeConfig:
     n_threads: int | None = None
     verbose: bool = False
     engine_env: dict[str, str] = field(default_factory=dict)
+    engine_env_for: Callable[[Path], dict[str, str]] | None = None
+    engine_notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -218,7 +223,16 @@ class Runner:
                          flash_attn=s.flash_attention, n_gpu_layers=c.n_gpu_layers, n_threads=c.n_threads,
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
-                         env=dict(c.engine_env), port=self.port)
+                         env=self._engine_env(), port=self.port)
+
+    def _engine_env(self) -> dict[str, str]:
+        c = self.config
+        if c.engine_env_for is None or self.model.path == c.model_path:
+            return dict(c.engine_env)
+        try:
+            return c.engine_env_for(self.model.path)
+        except ValueError as e:  # e.g. a layer plan that does not fit this model
+            raise ChildError(f"cannot load {self.model.name} with these settings: {e}") from e
 
     def _on_line(self, line: str) -> None:
         # llama-server's lines carry a level letter after the timestamp: I, W, E
@@ -236,7 +250,12 @@ class Runner:
         """Start the child and wait until it serves. Raises ChildError (its own message)."""
         self.state = "loading"
         t0 = time.monotonic()
-        child = Child(self.spec(), self.model.name, on_line=self._on_line)
+        try:
+            spec = self.spec()
+        except ChildError as e:
+            self.state, self.error = "failed", str(e)
+            raise
+        child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
         try:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..cachetypes import check_cache_type, is_quantized
 from ..config import parse_k_center
+from ..kvplan import is_plan_file, parse_boundary, parse_map, parse_pair
 
 DEFAULT_K = ("f16", "q8_0", "q4_0", "turbo4", "turbo3")
 DEFAULT_V = ("q8_0", "q4_0", "turbo4", "turbo3")
@@ -23,11 +24,21 @@ class Config:
     ctv: str
     rot: bool | None
     kc: str = "off"
+    boundary: str = ""  # layer plan (tqgguf.kvplan): --kv-boundary N:K/V, --kv-swa K/V, --kv-plan MAP|FILE
+    swa: str = ""
+    kvmap: str = ""
+
+    @property
+    def plan_label(self) -> str:
+        """The layer plan as flags ("" = none)."""
+        return " ".join(f"--kv-{n} {v}" for n, v in (("boundary", self.boundary), ("swa", self.swa),
+                                                      ("plan", self.kvmap)) if v)
 
     @property
     def key(self) -> str:
         r = "n/a" if self.rot is None else ("on" if self.rot else "off")
-        return f"{self.ctk}/{self.ctv}/rot={r}" + (f"/kc={self.kc}" if self.kc != "off" else "")
+        plan = "".join(f"/{n}={v}" for n, v in (("boundary", self.boundary), ("swa", self.swa), ("plan", self.kvmap)) if v)
+        return f"{self.ctk}/{self.ctv}/rot={r}" + (f"/kc={self.kc}" if self.kc != "off" else "") + plan
 
     @property
     def rot_label(self) -> str:
@@ -69,12 +80,32 @@ def parse_k_centers(value: str) -> list[str]:
     return list(dict.fromkeys(str(parse_k_center(item)) for item in parse_list(value, "--k-center")))
 
 
+def parse_plan_axes(boundary: str = "0", swa: str = "none", maps: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """The layer-plan axis: every --kv-boundary (comma list of N[:K/V], 0 = none) ×
+    --kv-swa (comma list of K/V or T, none) × --kv-plan (each a map or file; none given
+    = none) combination, as canonical (boundary, swa, map) texts ("" = not set).
+    Raises KVPlanError (a ValueError) for a malformed item."""
+    bs = []
+    for item in parse_list(boundary, "--kv-boundary"):
+        n, k, v = parse_boundary(item)
+        bs.append(f"{n}:{k}/{v}" if n else "")
+    ss = []
+    for item in parse_list(swa, "--kv-swa"):
+        ss.append("" if item.lower() == "none" else "/".join(parse_pair(item, "--kv-swa")))
+    ms = []
+    for item in maps or ("none",):
+        item = str(item).strip()
+        ms.append("" if item.lower() == "none" else item if is_plan_file(item) else ";".join(map(str, parse_map(item))))
+    return list(dict.fromkeys((b, s, m) for b in bs for s in ss for m in ms))
+
+
 def expand(ctk: list[str], ctv: list[str], rot: list[bool], kc: list[str] = ("off",), *,
-           with_baseline: bool = True) -> list[Config]:
-    """Every K × V × rotation × K-center combination (llama-bench order), f16/f16 baseline
-    first. K-center values collapse to "off" for an unquantized K, except that f16/f16 is
-    kept with each K-center value: its KLD against the baseline measures that centering
-    leaves unquantized attention unchanged."""
+           plans: list[tuple[str, str, str]] = (("", "", ""),), with_baseline: bool = True) -> list[Config]:
+    """Every K × V × rotation × K-center × layer plan combination (llama-bench order),
+    f16/f16 baseline first. K-center values collapse to "off" for an unquantized K, except
+    that f16/f16 is kept with each K-center value: its KLD against the baseline measures
+    that centering leaves unquantized attention unchanged. ``plans``: (boundary, swa, map)
+    from :func:`parse_plan_axes`."""
     seen: dict[str, Config] = {}
     if with_baseline:
         seen[BASELINE.key] = BASELINE
@@ -83,7 +114,9 @@ def expand(ctk: list[str], ctv: list[str], rot: list[bool], kc: list[str] = ("of
             quant = is_quantized(k) or is_quantized(v)
             for r in rot:
                 for c in kc:
-                    keep = is_quantized(k) or (k, v) == ("f16", "f16")
-                    cfg = Config(k, v, r if quant else None, c if keep else "off")
-                    seen.setdefault(cfg.key, cfg)
+                    for b, s, m in plans:
+                        planned = bool(b or s or m)
+                        keep = is_quantized(k) or (k, v) == ("f16", "f16") or planned
+                        cfg = Config(k, v, r if quant or planned else None, c if keep else "off", b, s, m)
+                        seen.setdefault(cfg.key, cfg)
     return list(seen.values())

@@ -6,7 +6,8 @@ import csv
 import math
 from pathlib import Path
 
-COLUMNS = [("K", "ctk"), ("V", "ctv"), ("rot", "rot"), ("K-center", "k_center"), ("bits/val", "bits_per_value"),
+COLUMNS = [("K", "ctk"), ("V", "ctv"), ("rot", "rot"), ("K-center", "k_center"), ("layer plan", "kv_plan"),
+           ("bits/val", "bits_per_value"),
            ("KV B/tok", "kv_bytes_per_token"), ("vs f16", "compression_vs_f16"), ("PPL", "ppl"), ("ΔPPL %", "dppl_pct"),
            ("KLD", "kld_mean"), ("KLD p99", "kld_p99"), ("Same top p %", "same_top_p"), ("RMS Δp %", "rms_dp"),
            ("time s", "seconds")]
@@ -24,6 +25,8 @@ def _fmt(r: dict, field: str) -> str:
     v = r.get(field)
     if field == "k_center":  # rows from before the K-center axis have none
         return (v or "off") + (" (inactive)" if v and v != "off" and r.get("k_center_active") is False else "")
+    if field == "kv_plan":  # rows from before the layer-plan axis have none
+        return v or "—"
     if v is None:
         return "—"
     if field == "ppl":
@@ -51,7 +54,7 @@ def markdown_table(rows: list[dict]) -> str:
     lines = [head, sep]
     for r in sort_rows(rows):
         if r.get("status") != "ok":
-            lines.append(f"| {r['ctk']} | {r['ctv']} | {r['rot']} | {_fmt(r, 'k_center')} | "
+            lines.append(f"| {r['ctk']} | {r['ctv']} | {r['rot']} | {_fmt(r, 'k_center')} | {_fmt(r, 'kv_plan')} | "
                          f"failed: {r.get('error', '?')} |")
             continue
         lines.append("| " + " | ".join(_fmt(r, f) for _, f in COLUMNS) + " |")
@@ -59,7 +62,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    fields = ["ctk", "ctv", "rot", "k_center", "k_center_active", "status", "bits_per_value", "measured_bits_per_value", "kv_bytes_per_token",
+    fields = ["ctk", "ctv", "rot", "k_center", "k_center_active", "kv_plan", "status", "bits_per_value", "measured_bits_per_value", "kv_bytes_per_token",
               "compression_vs_f16", "k_mib", "v_mib", "kv_cells", "attn_rot_k", "attn_rot_v", "ppl", "ppl_err",
               "dppl_pct", "kld_mean", "kld_err", "kld_p99", "kld_median", "same_top_p", "same_top_p_err", "rms_dp",
               "rms_dp_err", "tokens", "chunks", "n_ctx", "seconds", "model", "text", "error"]
@@ -82,8 +85,8 @@ def pareto_front(rows: list[dict]) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    """sweep.png: bits/value (x) vs mean KLD (log y); rotation on/off and K-centered rows as
-    marker styles."""
+    """sweep.png: bits/value (x) vs mean KLD (log y); rotation on/off, K-centered rows and
+    mixed layer plans (at their effective bits/value) as marker styles."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,10 +94,11 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
     styles = {"on": ("o", "tab:blue", "rotation on"), "off": ("x", "tab:red", "rotation off"),
-              "n/a": ("s", "tab:gray", "no quantized cache"), "kc": ("D", "tab:green", "K-centered")}
+              "n/a": ("s", "tab:gray", "no quantized cache"), "kc": ("D", "tab:green", "K-centered"),
+              "plan": ("^", "tab:purple", "layer plan (mixed types)")}
 
     def style(r: dict) -> str:
-        return "kc" if (r.get("k_center") or "off") != "off" else r["rot"]
+        return "plan" if r.get("kv_plan") else "kc" if (r.get("k_center") or "off") != "off" else r["rot"]
 
     for rot, (marker, color, label) in styles.items():
         pts = [r for r in rows if r.get("status") == "ok" and style(r) == rot and r.get("kld_mean", 0) > 0
@@ -104,7 +108,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         xs = [r.get("measured_bits_per_value", r["bits_per_value"]) for r in pts]
         ax.scatter(xs, [r["kld_mean"] for r in pts], marker=marker, color=color, label=label, s=40)
         for r, x in zip(pts, xs):
-            ax.annotate(f"{r['ctk']}/{r['ctv']}", (x, r["kld_mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(f"{r['ctk']}/{r['ctv']}" + (f" {r['kv_plan']}" if r.get("kv_plan") else ""), (x, r["kld_mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     front = pareto_front(rows)
     if front:
         ax.plot([r.get("measured_bits_per_value", r["bits_per_value"]) for r in front], [r["kld_mean"] for r in front],
@@ -136,12 +140,14 @@ def serve_flags(row: dict, model: str, model_path: str | None = None) -> tuple[s
     """(tqgguf serve command, llama-server command) for a chosen row."""
     rot = row["rot"] == "off"
     kc = row.get("k_center") or "off"
+    plan = row.get("kv_plan") or ""
     tq = f"tqgguf serve {model} --ctk {row['ctk']} --ctv {row['ctv']}" + (" --no-rot" if rot else "") + \
-        (f" --k-center {kc}" if kc != "off" else "")
+        (f" --k-center {kc}" if kc != "off" else "") + (f" {plan}" if plan else "")
     engine = row.get("k_center_engine") or ""
     calib_file = engine[5:] if engine.startswith("file ") else "<the calib file tqgguf wrote>"
     kc_env = "" if kc == "off" else (f"LLAMA_K_CENTER=file:{calib_file} " if kc.startswith("calib")
                                      else f"LLAMA_K_CENTER={kc} ")
-    ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + kc_env + \
+    plan_env = f"LLAMA_KV_PLAN='{row['kv_plan_engine']}' " if row.get("kv_plan_engine") else ""
+    ls = ("LLAMA_ATTN_ROT_DISABLE=1 " if rot else "") + kc_env + plan_env + \
         f"llama-server -m {model_path or model} -ctk {row['ctk']} -ctv {row['ctv']} -fa on"
     return tq, ls

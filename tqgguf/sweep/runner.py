@@ -104,7 +104,8 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     def engine_for(cfg: Config):
         return open_model(spec.model, ctk=cfg.ctk, ctv=cfg.ctv, n_ctx=spec.n_ctx, flash_attn="on",
                           rotation=cfg.rot is not False, n_threads=spec.threads, n_gpu_layers=spec.n_gpu_layers,
-                          k_center=cfg.kc)
+                          k_center=cfg.kc, kv_boundary=cfg.boundary or None, kv_swa=cfg.swa or None,
+                          kv_plan=cfg.kvmap or None)
 
     def bits(cfg: Config) -> float:
         return (type_info(cfg.ctk).bits_per_value + type_info(cfg.ctv).bits_per_value) / 2
@@ -165,7 +166,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
             continue
         t0 = time.time()
         row = {**common, "key": cfg.key, "ctk": cfg.ctk, "ctv": cfg.ctv, "rot": cfg.rot_label, "k_center": cfg.kc,
-               "chunks": n_chunk,
+               "chunks": n_chunk, "kv_plan": cfg.plan_label,
                "bits_per_value": bits(cfg)}
         try:
             engine = engine_for(cfg)
@@ -178,7 +179,11 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
         stats = KLDStats()
         try:
             row.update(_kv_fields(engine.report, engine.report.cells),
-                       k_center_active=engine.report.k_center_active, k_center_engine=engine.report.k_center)
+                       k_center_active=engine.report.k_center_active, k_center_engine=engine.report.k_center,
+                       k_center_reason=engine.k_center_reason)
+            if engine.kv_plan is not None:  # a mixed plan: the engine's own count of bits per value
+                row.update(bits_per_value=engine.report.bits_per_value, kv_plan_engine=engine.kv_plan.engine_value(),
+                           kv_plan_layers=engine.report.kv_plan_layers)
             for c, logits in chunk_logits(engine, tokens, spec.n_ctx, min(spec.n_ctx, 512), n_chunk):
                 if not np.isfinite(logits).all():
                     raise FloatingPointError(f"non-finite logits in chunk {c + 1} "

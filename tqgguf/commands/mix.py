@@ -1,0 +1,68 @@
+"""``tqgguf mix``: per-layer K/V types under a bit budget (thin layer over tqgguf.mix)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cachetypes import EngineNotBuiltError
+
+
+@click.command(name="mix")
+@click.argument("model")
+@click.option("--bits", "bits", type=float, multiple=True, required=True,
+              help="Average bits per stored K/V value the plan may use (repeat for several plans from one measurement).")
+@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Calibration text (default: the built-in pydoc corpus; use a text that is not your evaluation text).")
+@click.option("--types", "types", default="q8_0,turbo4,turbo3", show_default=True,
+              help="Comma list of lowered types a layer may get (f16 is always a choice).")
+@click.option("-c", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=256, show_default=True,
+              help="n_ctx per calibration chunk (the second half of each is scored).")
+@click.option("--chunks", type=click.IntRange(min=1), default=2, show_default=True, help="Calibration chunks.")
+@click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Plan file (default: MODEL.kv-plan-<bits>.json beside the model); {bits} is replaced.")
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
+    """Measure how much each layer's K and V cache costs in KLD when lowered (on a
+    calibration text), then choose per-layer types that minimise the predicted KLD with
+    average bits/value <= --bits, and write the plan with the model's sha256. Apply it
+    with --kv-plan FILE (ppl, sweep, serve)."""
+    from ..kvplan import KVPlanError
+    from ..mix import MixError, check_budget, choose, measure, parse_types, write_plan
+    from ..models import ModelError, resolve_model
+    from ..runtime import EngineError
+    from ..texts import builtin_corpus
+
+    try:
+        cand = parse_types(types)
+        for b in bits:
+            check_budget(b, cand)
+        path = resolve_model(model)
+        if text_file is not None:
+            try:
+                text, label = Path(text_file).read_text(encoding="utf-8"), str(text_file)
+            except (OSError, UnicodeDecodeError) as e:
+                raise MixError(f"cannot read the calibration text {text_file}: {e}") from None
+        else:
+            text, label = builtin_corpus(), "built-in pydoc corpus"
+    except (MixError, KVPlanError, ModelError, ValueError) as e:
+        raise click.UsageError(str(e)) from e
+    from ..kvplan import model_layers
+
+    layers = model_layers(path)
+    click.echo(f"mix: {path.name}, {layers.n_layer} layers x K,V x {', '.join(cand)}: "
+               f"{1 + 2 * layers.n_layer * len(cand)} runs over {chunks} x {n_ctx} tokens of {label}", err=True)
+    try:
+        sens = measure(path, text, types=cand, n_ctx=n_ctx, chunks=chunks, n_threads=threads,
+                       progress=lambda m: click.echo("  " + m, err=True))
+    except MixError as e:
+        raise click.UsageError(str(e)) from e
+    except (EngineError, EngineNotBuiltError) as e:
+        raise click.ClickException(str(e)) from e
+    for b in bits:
+        plan, predicted, achieved = choose(sens, b, head_k=layers.head_k, head_v=layers.head_v)
+        dest = Path(str(out).replace("{bits}", f"{b:g}")) if out else \
+            path.with_name(f"{path.stem}.kv-plan-{b:g}.json")
+        doc = write_plan(dest, path, plan, bits=b, predicted=predicted, achieved=achieved, sens=sens, text_label=label)
+        click.echo(f"--bits {b:g}: {achieved:.3f} bits/value, predicted KLD {predicted:.6f}: {doc['plan']}")
+        click.echo(f"  wrote {dest}; use: --ctk f16 --ctv f16 --kv-plan {dest}")

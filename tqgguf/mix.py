@@ -1,0 +1,200 @@
+"""``tqgguf mix``: choose per-layer K/V types under a bit budget from measured sensitivities.
+
+1. **Sensitivity.** On a calibration text (default: the built-in pydoc corpus, which is not
+   the WikiText-2 evaluation text), the f16/f16 logits are computed once. Then, for every
+   layer l, side (K or V) and candidate type t, only that one cache is lowered to t (every
+   other layer and side stays f16) and the mean KL divergence of the scored positions
+   against f16 is measured (llama-perplexity's KLD, tqgguf.quality.KLDStats):
+   s[l, side, t]. f16 has s = 0.
+2. **Prediction.** A plan's KLD is predicted as the sum of its choices' s (first-order:
+   small independent perturbations of the output distribution add; HAWQ-style mixed
+   precision makes the same additivity assumption for weights, Dong et al., 2019).
+3. **Choice.** Minimise the predicted KLD subject to the average bits per stored value
+   (each layer's K and V weighted by its values per token) ≤ B: a multiple-choice knapsack,
+   solved exactly by dynamic programming over bits in 1/32-bit steps.
+4. The plan is written as JSON (tqgguf.kvplan plan file) with the model's sha256, its layer
+   count, the predicted KLD, the achieved bits/value and the sensitivity table.
+   ``--kv-plan FILE`` applies it; a plan for another model file is refused.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .cachetypes import check_cache_type, type_info
+from .fsutil import atomic_output, sha256_file_cached
+from .kvplan import PLAN_FILE_FORMAT, model_layers
+from .quality import KLDStats, chunk_logits, encode_base_rows, tokenize
+from .runtime import open_model
+
+#: lowered types tried per layer by default, best first
+DEFAULT_TYPES = ("q8_0", "turbo4", "turbo3")
+_STEP = 32  # DP resolution: 1/32 bit per value
+
+
+class MixError(ValueError):
+    """A mix request that cannot be served (budget, types, text); the message says why."""
+
+
+@dataclass
+class Sensitivity:
+    """``kld[(layer, side, type)]``: mean KLD vs f16 with only that cache lowered (side "k"
+    or "v"); ``tokens``: scored positions per measurement."""
+
+    kld: dict[tuple[int, str, str], float]
+    n_layer: int
+    types: tuple[str, ...]
+    tokens: int
+
+
+def bits_of(t: str) -> float:
+    """Stored bits per value of cache type ``t`` (from the built library)."""
+    return type_info(t).bits_per_value
+
+
+def check_budget(bits: float, types: tuple[str, ...]) -> None:
+    """Raise MixError when ``bits`` is below the smallest candidate type or above f16."""
+    low = min(types, key=bits_of)
+    if bits < bits_of(low):
+        raise MixError(f"--bits {bits:g} is below the smallest type: {low} stores {bits_of(low):.4g} bits/value; "
+                       f"allowed: {bits_of(low):.4g} to 16 (or add a smaller type with --types)")
+    if bits > 16:
+        raise MixError(f"--bits {bits:g} is above f16 (16 bits/value): nothing to choose")
+
+
+def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] = DEFAULT_TYPES, n_ctx: int = 256,
+            chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> Sensitivity:
+    """Measure :class:`Sensitivity` of every layer's K and V on ``text``.
+
+    n_ctx: tokens per chunk (the second half of each is scored); chunks: how many.
+    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens.
+    Raises MixError for a text shorter than one chunk, EngineError from the engine.
+    """
+    layers = model_layers(model_path)
+    base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
+                      k_center="auto")
+    try:
+        tokens = tokenize(base, text)
+        if len(tokens) < n_ctx:
+            raise MixError(f"the calibration text has {len(tokens)} tokens, shorter than one chunk of n_ctx {n_ctx}; "
+                           "give a longer text (-f) or a smaller --ctx")
+        n_chunk = min(chunks, len(tokens) // n_ctx)
+        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)]
+    finally:
+        base.close()
+    first = n_ctx // 2
+    out: dict[tuple[int, str, str], float] = {}
+    for il in range(layers.n_layer):
+        for side in ("k", "v"):
+            for t in types:
+                kt, vt = (t, "f16") if side == "k" else ("f16", t)
+                eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
+                                 kv_plan=f"{il}:{kt}/{vt}", k_center="auto")
+                try:
+                    st = KLDStats()
+                    for c, lg in chunk_logits(eng, tokens, n_ctx, min(n_ctx, 512), n_chunk):
+                        st.add(lg, rows[c], tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
+                finally:
+                    eng.close()
+                out[(il, side, t)] = st.sum_kld / st.count
+                if progress:
+                    progress(f"layer {il} {side.upper()} {t}: KLD {out[(il, side, t)]:.6f}")
+    return Sensitivity(out, layers.n_layer, tuple(types), n_chunk * (n_ctx - 1 - first))
+
+
+def choose(sens: Sensitivity, bits: float, *, head_k: int = 1, head_v: int = 1) -> tuple[list[tuple[str, str]], float, float]:
+    """Per-layer (K, V) types minimising the summed sensitivity with average bits ≤ ``bits``.
+
+    head_k / head_v weigh K and V by their values per token. Returns (types per layer,
+    predicted KLD, achieved bits/value). Raises MixError when the budget is below the
+    smallest type.
+    """
+    options = ("f16",) + sens.types
+    check_budget(bits, sens.types)
+    g = math.gcd(head_k, head_v)
+    wk, wv = head_k // g, head_v // g
+    groups = [(il, side, wk if side == "k" else wv) for il in range(sens.n_layer) for side in ("k", "v")]
+    total_w = sum(w for _, _, w in groups)
+    cap = int(math.floor(bits * _STEP * total_w + 1e-9))
+    cost = {t: int(math.ceil(bits_of(t) * _STEP - 1e-9)) for t in options}
+    INF = float("inf")
+    best = np.full(cap + 1, INF)
+    best[0] = 0.0
+    picks: list[np.ndarray] = []
+    for il, side, w in groups:
+        nxt = np.full(cap + 1, INF)
+        pick = np.full(cap + 1, -1, dtype=np.int16)
+        for j, t in enumerate(options):
+            c = cost[t] * w
+            if c > cap:
+                continue
+            val = 0.0 if t == "f16" else sens.kld[(il, side, t)]
+            cand = np.full(cap + 1, INF)
+            cand[c:] = best[:cap + 1 - c] + val
+            better = cand < nxt
+            nxt[better] = cand[better]
+            pick[better] = j
+        picks.append(pick)
+        best = nxt
+    end = int(np.argmin(best))
+    if not math.isfinite(best[end]):
+        raise MixError(f"no assignment fits {bits:g} bits/value")
+    chosen: dict[tuple[int, str], str] = {}
+    for (il, side, w), pick in zip(reversed(groups), reversed(picks)):
+        t = options[int(pick[end])]
+        chosen[(il, side)] = t
+        end -= cost[t] * w
+    types = [(chosen[(il, "k")], chosen[(il, "v")]) for il in range(sens.n_layer)]
+    achieved = sum(bits_of(k) * head_k + bits_of(v) * head_v for k, v in types) / (sens.n_layer * (head_k + head_v))
+    predicted = sum(0.0 if t == "f16" else sens.kld[(il, s, t)] for (il, s), t in chosen.items())
+    return types, predicted, achieved
+
+
+def plan_map(types: list[tuple[str, str]]) -> str:
+    """Per-layer (K, V) types -> an explicit map, one entry per pair ("0-1,5:q8_0/q8_0;2-4:...")."""
+    by_pair: dict[tuple[str, str], list[int]] = {}
+    for il, pair in enumerate(types):
+        by_pair.setdefault(pair, []).append(il)
+    entries = []
+    for (k, v), ils in by_pair.items():
+        runs, start = [], ils[0]
+        for a, b in zip(ils, ils[1:] + [None]):
+            if b != a + 1:
+                runs.append(f"{start}" if start == a else f"{start}-{a}")
+                start = b
+        entries.append(f"{','.join(runs)}:{k}/{v}")
+    return ";".join(entries)
+
+
+def write_plan(path: str | os.PathLike, model_path: str | os.PathLike, types: list[tuple[str, str]], *,
+               bits: float, predicted: float, achieved: float, sens: Sensitivity, text_label: str) -> dict:
+    """Write the plan file (tqgguf.kvplan format) atomically; return its content."""
+    doc = {"format": PLAN_FILE_FORMAT, "model": Path(model_path).name, "model_sha256": sha256_file_cached(model_path),
+           "n_layer": len(types), "plan": plan_map(types), "budget_bits_per_value": bits,
+           "bits_per_value": achieved, "predicted_kld": predicted, "calibration_text": text_label,
+           "calibration_tokens_scored": sens.tokens, "types": list(sens.types),
+           "sensitivity": {f"{il}.{s}.{t}": v for (il, s, t), v in sorted(sens.kld.items())}}
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def parse_types(value: str) -> tuple[str, ...]:
+    """Comma list of candidate types (not f16, which is always a choice); MixError otherwise."""
+    out = []
+    for item in str(value).split(","):
+        try:
+            t = check_cache_type(item.strip(), "type in --types")
+        except ValueError as e:
+            raise MixError(str(e)) from None
+        if t in ("f16", "f32", "bf16"):
+            raise MixError(f"--types {value!r}: {t} is not a lowered type (f16 is always a choice)")
+        out.append(t)
+    return tuple(dict.fromkeys(out))
+
