@@ -137,3 +137,121 @@ def test_metal_dequantize_form_matches_c(shim, lib, blocks, name, form):  # noqa
         want = want.astype(np.float16)
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{name} {form}: " + _first_mismatches(got, want)
 
+
+
+# ----------------------------------------------------------------------------------------
+# flash-attention instances and the embedded-library text
+
+
+def _pairs() -> list[tuple[str, str]]:
+    """GGML_CUDA_TURBO_FA_PAIRS of ggml-cuda/turbo-pairs.h, as (K, V) enum suffixes."""
+    import re
+    text = (ROOT / "native/ggml/src/ggml-cuda/turbo-pairs.h").read_text()
+    return re.findall(r"X\(([A-Z0-9_]+), *([A-Z0-9_]+)\)", text)
+
+
+def _preprocess(src: Path, *defines: str, tmp: Path) -> str:
+    """The instance file through the C preprocessor, upstream's headers stubbed out (empty
+    common.h, dequantize.h, fa_common.metal, fa_vec_common.metal)."""
+    stub = tmp / "stub"
+    stub.mkdir(exist_ok=True)
+    for name in ("common.h", "dequantize.h", "fa_common.metal", "fa_vec_common.metal"):
+        (stub / name).write_text("")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    r = subprocess.run([cxx, "-E", "-P", "-x", "c++", *defines, f"-I{stub}", f"-I{ROOT / 'native/ggml/src'}", str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["no-bfloat", "bfloat"])
+@pytest.mark.parametrize("kind", ["fa_turbo", "fa_vec_turbo"])
+def test_fa_instances_are_the_pair_list_at_head_dims_64_128_256(tmp_path, require_engine, kind, bf16):
+    """fa_turbo.metal / fa_vec_turbo.metal instantiate exactly the pairs of turbo-pairs.h
+    (the list CUDA and supports_op use) at dk = dv = 64, 128, 256, bf16 pairs only with
+    bfloat; each instance is named "<prefix>_<K>_<V>_dk<D>_dv<D>" with ggml's type names (what
+    ggml_metal_turbo_fa_kv_name builds on the host) and gets the K and V dequantizers of its
+    own types (vec: the _t4 forms with nl 16 for turbo; non-vec: the 4x4 forms, nl 4)."""
+    import re
+    from tqgguf.cachetypes import all_types
+    names = set(all_types())
+
+    def ggml_name(enum: str) -> str:
+        low = enum.lower()
+        name = low if low in names else low.removesuffix("_0")
+        assert name in names, f"{enum}: no ggml type of that name"
+        return name
+
+    vec = kind == "fa_vec_turbo"
+    text = _preprocess(METAL_DIR / f"{kind}.metal", *(["-DGGML_METAL_HAS_BF16"] if bf16 else []), tmp=tmp_path)
+    got = {}
+    for m in re.finditer(r'host_name\("([a-z0-9_]+)"\)\]\] kernel \w+ \w+<([^>]*)>;', text):
+        got[m.group(1)] = [a.strip() for a in m.group(2).split(",")]
+    prefix = "kernel_flash_attn_ext_vec" if vec else "kernel_flash_attn_ext"
+    want = {}
+    for k, v in _pairs():
+        if not bf16 and "BF16" in (k, v):
+            continue
+        for d in (64, 128, 256):
+            want[f"{prefix}_{ggml_name(k)}_{ggml_name(v)}_dk{d}_dv{d}"] = (k, v, d)
+    assert set(got) == set(want) and len(want) in (27 * 3, 33 * 3)
+
+    def args(enum: str) -> list[str]:
+        n = ggml_name(enum)
+        if n.startswith("turbo"):
+            return [f"block_{n}_0", "NL_TURBO_4" if vec else "NL_TURBO", f"dequantize_{n}_0" + ("_t4" if vec else "")]
+        dev = {"f16": "half", "bf16": "bfloat"}.get(n, f"block_{n}")
+        if n in ("f16", "bf16"):
+            dev += "4" if vec else "4x4"
+        nl = {"f16": 1, "bf16": 1}.get(n, 8 if vec else 2)
+        return [dev, str(nl), f"dequantize_{n}" + ("_t4" if vec else "")]
+
+    for name, (k, v, d) in want.items():
+        a = got[name]
+        tail = args(k) + args(v) + [str(d), str(d)] + ([{64: "2", 128: "1", 256: "1"}[d]] if vec else [])
+        assert a[-len(tail):] == tail, f"{name}: template arguments {a[-len(tail):]} != {tail}"
+
+
+def test_embed_step_makes_our_metal_code_self_contained(tmp_path, shim, lib):
+    """turbo-embed.cmake (the embedded-library step of patch 0010) replaces every include of
+    ours by the file's text, so the library compiled at run time needs no include path: the
+    flattened text of the codec compiles through the shim with no -I at all and writes the
+    same bytes as the headers did."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.fail("cmake (needed to build the engine) is not on PATH")
+    src = tmp_path / "in.metal"
+    src.write_text('#include "ggml-turbo-common.h"\n'
+                   '#include "turbo-dequantize.h" // as dequantize.h includes it\n'
+                   '#include "turbo-quantize.h"\n#include "turbo-fa.h"\n')
+    out = tmp_path / "flat.h"
+    metal = ROOT / "native/ggml/src/ggml-metal"
+    r = subprocess.run([cmake, f"-DSRC={src}", f"-DDST={out}",
+                        f"-DDIRS={metal / 'kernels'}|{metal}|{ROOT / 'native/ggml/src'}", "-P", str(metal / "turbo-embed.cmake")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    flat = out.read_text()
+    for name in ("turbo-dequantize.h", "turbo-quantize.h", "turbo-fa.h", "ggml-turbo-common.h", "ggml-turbo-tables.h",
+                 "ggml-cuda/turbo-pairs.h"):
+        assert f'#include "{name}"' not in flat
+    assert flat.count("#define GGML_TURBO4_CENTROIDS") == 1 and flat.count("#define GGML_CUDA_TURBO_FA_PAIRS(X)") == 1
+    assert "#pragma once" not in flat
+    # the driver with its four includes replaced by the shim and the flattened text
+    driver = (SHIM_DIR / "turbo_shim_driver.cpp").read_text()
+    for name in ("metal_shim.h", "ggml-turbo-common.h", "turbo-dequantize.h", "turbo-quantize.h"):
+        assert f'#include "{name}"\n' in driver
+        driver = driver.replace(f'#include "{name}"\n', "")
+    (tmp_path / "flat_driver.cpp").write_text(f'#include "{SHIM_DIR / "metal_shim.h"}"\n#include "{out}"\n' + driver)
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    so = tmp_path / "flat.so"
+    r = subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-Wno-unknown-pragmas", "-shared", "-fPIC",
+                        str(tmp_path / "flat_driver.cpp"), "-o", str(so)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    flat_lib = ctypes.CDLL(str(so))
+    x = np.random.default_rng(11).standard_normal((3000, QK_TURBO)).astype(np.float32)
+    for n in (4, 3, 2):
+        f = getattr(flat_lib, f"tq_metal_quantize_turbo{n}")
+        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
+        got = np.zeros((len(x), REF[f"turbo{n}"].type_size), dtype=np.uint8)
+        f(_ptr(x), _ptr(got), len(x))
+        assert np.array_equal(got, metal_quantize(shim, f"turbo{n}", x))
