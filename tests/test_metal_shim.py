@@ -14,6 +14,12 @@ bit with ggml-turbo.c in the built libggml-base:
   (chunk i -> block i/nl, il = i%nl) over the encoded blocks and 100,000 blocks of random
   bytes with random finite fp16 scales (every index value in every position).
 
+Further: the flash-attention instance files expand (C preprocessor) to exactly the pair list
+at head dims 64/128/256 with the right dequantizers; the embed step leaves a self-contained
+text; and upstream's own get_rows / set_rows / cpy kernel templates, cut from the patched
+quantize.metal of the tree `tqgguf build` prepared, compile through the shim with every
+turbo instance line of that file and, run over an emulated grid, reproduce the C codec.
+
 What this does not show: how Apple's GPU compiler evaluates the same text (README, "Metal").
 """
 from __future__ import annotations
@@ -255,3 +261,165 @@ def test_embed_step_makes_our_metal_code_self_contained(tmp_path, shim, lib):
         got = np.zeros((len(x), REF[f"turbo{n}"].type_size), dtype=np.uint8)
         f(_ptr(x), _ptr(got), len(x))
         assert np.array_equal(got, metal_quantize(shim, f"turbo{n}", x))
+
+
+# ----------------------------------------------------------------------------------------
+# upstream's kernels with our instances, run through the shim
+
+
+KERNEL_TEMPLATES = ("kernel_cpy_f32_q", "kernel_cpy_q_f32", "kernel_get_rows_q", "kernel_set_rows_q")
+
+# what each template's instances are called with: the kernel arguments after the kargs and
+# buffers, as (grid position, thread position, threads per group), and the grid loop
+_RUNNERS = {
+    "kernel_set_rows_q": ("ggml_metal_kargs_set_rows", "const void * src0, const void * src1, void * dst",
+                          "src0, src1, (float *) dst", "uint3{gx, gy, gz}, (uint) t, uint3{(uint) nth, 1, 1}"),
+    "kernel_get_rows_q": ("ggml_metal_kargs_get_rows", "const void * src0, const void * src1, void * dst",
+                          "src0, src1, dst", "uint3{gx, gy, gz}, (ushort) t, ushort3{(ushort) nth, 1, 1}"),
+    "kernel_cpy_f32_q": ("ggml_metal_kargs_cpy", "const void * src0, const void * src1, void * dst",
+                         "(const char *) src0, (char *) dst", "uint3{gx, gy, gz}, ushort3{(ushort) t, 0, 0}, ushort3{(ushort) nth, 1, 1}"),
+    "kernel_cpy_q_f32": ("ggml_metal_kargs_cpy", "const void * src0, const void * src1, void * dst",
+                         "(const char *) src0, (char *) dst", "uint3{gx, gy, gz}, ushort3{(ushort) t, 0, 0}, ushort3{(ushort) nth, 1, 1}"),
+}
+
+
+def patched_metal_dir() -> Path:
+    """ggml-metal of the patched tree that `tqgguf build` prepared (the series, patch 0010
+    included, plus native/)."""
+    from tqgguf.builder.source import PIN
+    from tqgguf.fsutil import cache_dir
+    d = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-metal"
+    if not (d / "kernels" / "quantize.metal").exists():
+        pytest.fail(f"{d} is missing: run `tqgguf build` (it prepares the patched tree)")
+    return d
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory, require_engine) -> tuple[ctypes.CDLL, dict[str, str]]:
+    """The four kernel templates, cut verbatim from the patched kernels/quantize.metal, with
+    every turbo instance line of that file turned into an exported runner that calls the
+    instance once per thread of a grid (gx, gy, gz) x nth threads."""
+    import re
+    metal = patched_metal_dir()
+    src = (metal / "kernels" / "quantize.metal").read_text()
+    parts = ['#include "metal_shim.h"', '#include "ggml-metal-impl.h"', '#include "ggml-turbo-common.h"',
+             '#include "turbo-dequantize.h"', '#include "turbo-quantize.h"']
+    for name in KERNEL_TEMPLATES:
+        i = src.index(f"kernel void {name}(")
+        parts.append(src[src.rindex("template", 0, i):src.index("\n}\n", i) + 3])
+    instances = {}
+    for m in re.finditer(r'template \[\[host_name\("(\w+)"\)\]\]\s+kernel \w+ (\w+)<([^>]*)>;', src):
+        host, tmpl, args = m.groups()
+        if "turbo" not in host:
+            continue
+        kargs, params, call, pos = _RUNNERS[tmpl]
+        parts.append(f"extern \"C\" void run_{host}(const {kargs} * a, {params}, int ngx, int ngy, int ngz, int nth) {{\n"
+                     f"    {kargs} args = *a;\n"
+                     f"    for (uint gz = 0; gz < (uint) ngz; ++gz) for (uint gy = 0; gy < (uint) ngy; ++gy)\n"
+                     f"    for (uint gx = 0; gx < (uint) ngx; ++gx) for (int t = 0; t < nth; ++t)\n"
+                     f"        {tmpl}<{args}>(args, {call}, {pos});\n}}")
+        instances[host] = tmpl
+    if not instances:
+        pytest.fail(f"{metal / 'kernels/quantize.metal'} has no turbo instances: the prepared tree predates "
+                    "patch 0010; run `tqgguf build`")
+    d = tmp_path_factory.mktemp("kernels")
+    (d / "quantize_kernels.cpp").write_text("\n\n".join(parts) + "\n")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    so = d / "kernels.so"
+    r = subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Werror", "-Wno-attributes",
+                        "-Wno-unknown-pragmas", "-Wno-unused-variable", "-shared", "-fPIC", f"-I{SHIM_DIR}", f"-I{metal}",
+                        f"-I{metal / 'kernels'}", f"-I{metal.parent}", str(d / "quantize_kernels.cpp"), "-o", str(so)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"upstream's kernels with our instances do not compile through the shim:\n{r.stderr[-4000:]}"
+    return ctypes.CDLL(str(so)), instances
+
+
+def test_every_turbo_instance_of_quantize_metal_is_run_here(kernels):
+    _, instances = kernels
+    want = {f"kernel_set_rows_f32_{i}_turbo{n}" for i in ("i64", "i32") for n in (4, 3, 2)} | \
+           {f"kernel_get_rows_turbo{n}" for n in (4, 3, 2)} | {f"kernel_cpy_f32_turbo{n}" for n in (4, 3, 2)} | \
+           {f"kernel_cpy_turbo{n}_{t}" for n in (4, 3, 2) for t in ("f32", "f16")}
+    assert set(instances) == want
+
+
+class _KSetRows(ctypes.Structure):
+    _fields_ = [("nk0", ctypes.c_int32), ("ne01", ctypes.c_int32), ("nb01", ctypes.c_uint64), ("nb02", ctypes.c_uint64),
+                ("nb03", ctypes.c_uint64), ("ne11", ctypes.c_int32), ("ne12", ctypes.c_int32), ("nb10", ctypes.c_uint64),
+                ("nb11", ctypes.c_uint64), ("nb12", ctypes.c_uint64), ("nb1", ctypes.c_uint64), ("nb2", ctypes.c_uint64),
+                ("nb3", ctypes.c_uint64)]
+
+
+class _KGetRows(ctypes.Structure):
+    _fields_ = [("ne00t", ctypes.c_int32), ("ne00", ctypes.c_int32), ("nb01", ctypes.c_uint64), ("nb02", ctypes.c_uint64),
+                ("nb03", ctypes.c_uint64), ("ne10", ctypes.c_int32), ("nb10", ctypes.c_uint64), ("nb11", ctypes.c_uint64),
+                ("nb12", ctypes.c_uint64), ("nb1", ctypes.c_uint64), ("nb2", ctypes.c_uint64), ("nb3", ctypes.c_uint64)]
+
+
+class _KCpy(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64 if n.startswith("n") and n[1] in "ke" else ctypes.c_uint64)
+                for n in ("nk0", "ne00", "ne01", "ne02", "ne03", "nb00", "nb01", "nb02", "nb03",
+                          "ne0", "ne1", "ne2", "ne3", "nb0", "nb1", "nb2", "nb3")]
+
+
+def _run(lib, host, kargs, src0, src1, dst, grid, nth):
+    f = getattr(lib, f"run_{host}")
+    f.restype = None
+    f(ctypes.byref(kargs), _ptr(src0), _ptr(src1), _ptr(dst), *grid, nth)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_set_rows_kernel_writes_the_cpu_bytes_to_the_indexed_rows(kernels, lib, name):
+    """kernel_set_rows_f32_{i64,i32}_turboN (the Metal cache write), upstream's template run over
+    a grid as ggml-metal-ops.cpp sets it up (nk0 = blocks per row): 300 rows of 256 values into a
+    600-row cache at shuffled rows; the cache rows equal the CPU encoder's bytes, others untouched."""
+    klib, _ = kernels
+    rng = np.random.default_rng(21)
+    n_rows, ne0, n_cache = 300, 256, 600
+    x = (rng.standard_normal((n_rows, ne0)) * np.exp(rng.normal(0, 2, (n_rows, 1)))).astype(np.float32)
+    row_bytes = ne0 // QK_TURBO * REF[name].type_size
+    want_rows = c_quantize(lib, name, x, "search").reshape(n_rows, row_bytes)
+    for idx_t in (np.int64, np.int32):
+        idx = rng.permutation(n_cache)[:n_rows].astype(idx_t)
+        dst = np.full((n_cache, row_bytes), 0xA5, dtype=np.uint8)
+        k = _KSetRows(nk0=ne0 // QK_TURBO, ne01=n_rows, nb01=4 * ne0, nb02=4 * ne0 * n_rows, nb03=4 * ne0 * n_rows,
+                      ne11=1, ne12=1, nb10=idx.itemsize, nb11=idx.nbytes, nb12=idx.nbytes,
+                      nb1=row_bytes, nb2=row_bytes * n_cache, nb3=row_bytes * n_cache)
+        _run(klib, f"kernel_set_rows_f32_{'i64' if idx_t is np.int64 else 'i32'}_{name}", k, x, idx, dst, (n_rows, 1, 1), 2)
+        assert np.array_equal(dst[idx], want_rows), f"{name} {idx_t.__name__}: rows differ from the CPU encoder"
+        untouched = np.setdiff1d(np.arange(n_cache), idx)
+        assert np.all(dst[untouched] == 0xA5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_get_rows_and_cpy_kernels_decode_to_the_cpu_floats(kernels, lib, name):
+    """kernel_get_rows_turboN (rows picked by index), kernel_cpy_turboN_{f32,f16} and
+    kernel_cpy_f32_turboN (K-shift, casts): upstream's templates with our instances reproduce
+    the C codec (floats bit for bit; f16: the C floats rounded to nearest even; bytes)."""
+    klib, _ = kernels
+    rng = np.random.default_rng(22)
+    n_rows, ne0 = 200, 512
+    x = rng.standard_normal((n_rows, ne0)).astype(np.float32)
+    row_bytes = ne0 // QK_TURBO * REF[name].type_size
+    q = c_quantize(lib, name, x, "search").reshape(n_rows, row_bytes)
+    deq = c_dequantize(lib, name, q).reshape(n_rows, ne0)
+
+    idx = rng.integers(0, n_rows, size=77).astype(np.int32)
+    out = np.zeros((len(idx), ne0), dtype=np.float32)
+    k = _KGetRows(ne00t=ne0 // 16, ne00=ne0, nb01=row_bytes, nb02=row_bytes * n_rows, nb03=row_bytes * n_rows,
+                  ne10=len(idx), nb10=4, nb11=idx.nbytes, nb12=idx.nbytes, nb1=4 * ne0, nb2=out.nbytes, nb3=out.nbytes)
+    _run(klib, f"kernel_get_rows_{name}", k, q, idx, out, (len(idx), 1, 1), ne0 // 16)
+    assert np.array_equal(out.view(np.uint32), deq[idx].view(np.uint32))
+
+    def cpy(host, src, dst, nk0, nb00, nb01, nb1):
+        k = _KCpy(nk0=nk0, ne00=ne0, ne01=n_rows, ne02=1, ne03=1, nb00=nb00, nb01=nb01, nb02=nb01 * n_rows,
+                  nb03=nb01 * n_rows, ne0=ne0, ne1=n_rows, ne2=1, ne3=1, nb0=nb00 if "f32_turbo" not in host else 0,
+                  nb1=nb1, nb2=nb1 * n_rows, nb3=nb1 * n_rows)
+        _run(klib, host, k, src, src, dst, (n_rows, 1, 1), nk0)
+        return dst
+
+    f32 = cpy(f"kernel_cpy_{name}_f32", q, np.zeros((n_rows, ne0), np.float32), ne0 // 16, 0, row_bytes, 4 * ne0)
+    assert np.array_equal(f32.view(np.uint32), deq.view(np.uint32))
+    f16 = cpy(f"kernel_cpy_{name}_f16", q, np.zeros((n_rows, ne0), np.float16), ne0 // 16, 0, row_bytes, 2 * ne0)
+    assert np.array_equal(f16.view(np.uint16), deq.astype(np.float16).view(np.uint16))
+    back = cpy(f"kernel_cpy_f32_{name}", x, np.zeros((n_rows, row_bytes), np.uint8), ne0 // QK_TURBO, 4, 4 * ne0, row_bytes)
+    assert np.array_equal(back, q)

@@ -8,6 +8,9 @@
 //   matrices        float4x4 / half4x4: 4 columns of 4, m[i] is column i, m[i][k] its row k;
 //                   the explicit cast converts element by element, as MSL's matrix cast
 //   builtins        precise::sqrt, precise::divide (correctly rounded, std:: on IEEE hosts)
+//   kernels         `kernel` -> nothing (a kernel is a plain function the test calls once per
+//                   thread of the grid it emulates); uint3 / ushort3 with .x .y .z and [];
+//                   the [[...]] attributes of kernel parameters are ignored (-Wno-attributes)
 // `#pragma METAL ...` lines are unknown pragmas to g++/clang++ and ignored (-Wno-unknown-pragmas).
 #pragma once
 
@@ -18,6 +21,10 @@
 #define thread
 #define constant
 #define threadgroup
+#define kernel
+
+typedef unsigned int   uint;
+typedef unsigned short ushort;
 
 typedef _Float16 half;
 typedef half ggml_half;
@@ -49,6 +56,15 @@ struct metal_mat4x4 {
     metal_vec<T, 4> & operator[](int i) { return col[i]; }
     const metal_vec<T, 4> & operator[](int i) const { return col[i]; }
 };
+
+template <typename T>
+struct metal_vec3 {
+    T x, y, z;
+    T operator[](int i) const { return i == 0 ? x : (i == 1 ? y : z); }
+};
+
+typedef metal_vec3<uint>    uint3;
+typedef metal_vec3<ushort>  ushort3;
 
 typedef metal_vec<float, 4> float4;
 typedef metal_vec<half, 4>  half4;
