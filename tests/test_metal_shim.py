@@ -423,3 +423,61 @@ def test_get_rows_and_cpy_kernels_decode_to_the_cpu_floats(kernels, lib, name):
     assert np.array_equal(f16.view(np.uint16), deq.astype(np.float16).view(np.uint16))
     back = cpy(f"kernel_cpy_f32_{name}", x, np.zeros((n_rows, row_bytes), np.uint8), ne0 // QK_TURBO, 4, 4 * ne0, row_bytes)
     assert np.array_equal(back, q)
+
+
+def test_supports_op_accepts_exactly_the_instantiated_fa_kernels(tmp_path, require_engine):
+    """The host side (ggml-metal-turbo.h, compiled here as C against the patched ggml.h):
+    ggml_metal_turbo_fa_supported says yes for a K/V pair with a turbo side exactly when
+    fa_turbo.metal and fa_vec_turbo.metal define a kernel for it, over every ggml type as K
+    and V, head dims 32..256 (also Q's differing) and with/without bfloat, and
+    ggml_metal_turbo_fa_kv_name builds the name those kernels have."""
+    from tqgguf.cachetypes import all_types
+    metal = patched_metal_dir()
+    (tmp_path / "host.c").write_text(
+        '#include "ggml.h"\n#include "ggml-metal-turbo.h"\n#include <string.h>\n'
+        "int tq_supported(int tk, int tv, int dq, int d, int has_bf) {\n"
+        "    struct ggml_tensor q, k, v, op;\n"
+        "    memset(&q, 0, sizeof q); memset(&k, 0, sizeof k); memset(&v, 0, sizeof v); memset(&op, 0, sizeof op);\n"
+        "    q.ne[0] = dq; k.type = (enum ggml_type) tk; k.ne[0] = d; v.type = (enum ggml_type) tv; v.ne[0] = d;\n"
+        "    op.src[0] = &q; op.src[1] = &k; op.src[2] = &v;\n"
+        "    return ggml_metal_turbo_fa_supported(&op, has_bf != 0);\n}\n"
+        "const char * tq_name(int tk, int tv, char * buf, int n) {\n"
+        "    struct ggml_tensor k, v, op;\n"
+        "    memset(&k, 0, sizeof k); memset(&v, 0, sizeof v); memset(&op, 0, sizeof op);\n"
+        "    k.type = (enum ggml_type) tk; v.type = (enum ggml_type) tv; op.src[1] = &k; op.src[2] = &v;\n"
+        "    return ggml_metal_turbo_fa_kv_name(&op, buf, (size_t) n);\n}\n")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    so = tmp_path / "host.so"
+    r = subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{metal}",
+                        f"-I{metal.parents[1] / 'include'}", str(tmp_path / "host.c"), "-o", str(so)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    host = ctypes.CDLL(str(so))  # ggml_type_name comes from libggml-base, loaded RTLD_GLOBAL by require_engine
+    host.tq_name.restype = ctypes.c_char_p
+    types = {name: ti.id for name, ti in all_types().items()}
+    turbo = {n for n in types if n.startswith("turbo")}
+    import re
+    defined = {}
+    for bf16 in (False, True):
+        text = "".join(_preprocess(METAL_DIR / f"{k}.metal", *(["-DGGML_METAL_HAS_BF16"] if bf16 else []), tmp=tmp_path)
+                       for k in ("fa_turbo", "fa_vec_turbo"))
+        defined[bf16] = set(re.findall(r'host_name\("(\w+)"\)', text))
+    buf = ctypes.create_string_buffer(64)
+    n_yes = 0
+    for kn, kid in types.items():
+        for vn, vid in types.items():
+            if kn not in turbo and vn not in turbo:
+                continue
+            tag = host.tq_name(kid, vid, buf, 64).decode()
+            assert tag == f"{kn}_{vn}"
+            for d in (32, 64, 80, 96, 128, 256, 512):
+                for bf16 in (False, True):
+                    have = {f"kernel_flash_attn_ext_{tag}_dk{d}_dv{d}", f"kernel_flash_attn_ext_vec_{tag}_dk{d}_dv{d}"}
+                    exists = have <= defined[bf16]
+                    assert not (have & defined[bf16]) or exists, f"{tag} dk{d}: only one of the two kernels exists"
+                    said = bool(host.tq_supported(kid, vid, d, d, int(bf16)))
+                    assert said == exists, f"{kn}/{vn} dk{d} bfloat={bf16}: supports_op says {said}, kernels exist: {exists}"
+                    n_yes += said
+                    if said:
+                        assert not host.tq_supported(kid, vid, d + 32, d, int(bf16)), "Q head dim must match"
+    assert n_yes == 3 * (27 + 33)
