@@ -10,7 +10,13 @@
 #                                          codec check (CUDA bytes == CPU bytes on 1M blocks)
 #   scripts/device_cuda.sh ppl MODEL.gguf  PPL + KLD, CUDA (-ngl 99) and the same binary's CPU
 #   scripts/device_cuda.sh gen MODEL.gguf  greedy 64 tokens, 8 prompts, CUDA vs CPU per K/V pair
-#   scripts/device_cuda.sh bench MODEL.gguf  llama-bench tg/pp at depths, FA micro-benchmark
+#   scripts/device_cuda.sh kshift MODEL.gguf  context shift with turbo4/q8_0/turbo3 K, CUDA vs CPU (KLD to f16)
+#   scripts/device_cuda.sh fa              FA decode micro-benchmark: µs and GB/s per K/V pair,
+#                                          beside the card's copy bandwidth (same run)
+#   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair
+#   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences
+# ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder); ppl runs
+# -ngl 99 and 0 (CPU) unless NGLS says otherwise, for the K/V pairs in KVS (default: 8 pairs).
 set -euo pipefail
 W=/tmp/tqc
 OUT=${OUT:-$PWD/out}
@@ -24,13 +30,17 @@ stage)
     # in the foreground: the device tool ends a call's background processes with the call
     bash -c "cmake -S $W/llama.cpp -B $W/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
         && cmake --build $W/build -j \$(nproc) --target test-backend-ops llama-perplexity llama-bench llama-batched-bench llama-completion \
         && g++ -O2 -std=c++17 scripts/cuda/turbo_codec_check.cpp -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN \
                -lggml -lggml-base -lggml-cpu -lggml-cuda -o $BIN/turbo-codec-check \
+        && nvcc -O2 -o $BIN/copy-bandwidth scripts/cuda/copy_bandwidth.cu \
         && touch $W/built || touch $W/failed" > "$W/build.log" 2>&1
     tail -3 "$W/build.log"
+    # llama-server apart: the checks do not wait for it, and its failure does not stop them
+    cmake --build $W/build -j "$(nproc)" --target llama-server > "$W/server-build.log" 2>&1 || echo "llama-server build failed"
+    tail -2 "$W/server-build.log"
     ;&
 parts)
     if [ -d .device/cuda/parts ]; then cp -n .device/cuda/parts/* "$W/parts/" 2>/dev/null || true; fi
@@ -62,15 +72,17 @@ ppl)
         printf '%-28s %s | %s | %s\n' "$name" "$(grep -o 'Mean PPL(Q)[^\n]*' "$OUT/$tag-$name.log" | head -1)" \
             "$(grep -o 'Mean    KLD:[^\n]*' "$OUT/$tag-$name.log" | head -1)" "$(grep -o 'Same top p:[^\n]*' "$OUT/$tag-$name.log" | head -1)"
     }
-    for ngl in 99 0; do
+    for ngl in ${NGLS:-99 0}; do
         # the CPU figures come from the same binary with no GPU visible (no op offload either)
         if [ $ngl = 0 ]; then export CUDA_VISIBLE_DEVICES=; fi
         $BIN/llama-perplexity -m "$M" -f "$TXT" -c 512 --chunks 20 -b 512 -ngl $ngl -fa on \
             --kl-divergence-base "$W/$tag-ngl$ngl.kld" > "$OUT/$tag-f16-ngl$ngl.log" 2>&1 || echo "FAILED base $ngl"
         printf '%-28s %s\n' "f16/f16 ngl$ngl" "$(grep -o 'Final estimate: PPL = [^\n]*' "$OUT/$tag-f16-ngl$ngl.log")"
-        for kv in q8_0/q8_0 q8_0/turbo4 turbo4/turbo4 turbo3/turbo3 turbo4/f16 f16/turbo4 q8_0/turbo2; do
+        for kv in ${KVS:-q8_0/q8_0 q8_0/turbo4 turbo4/turbo4 turbo3/turbo3 turbo4/f16 f16/turbo4 q8_0/turbo2 q4_0/q4_0}; do
             run "${kv/\//-}-ngl$ngl" $ngl "${kv%/*}" "${kv#*/}"
         done
+        # the GPU-only KLD offset of rotated caches: the same q8_0 cache without the Hadamard rotation
+        [ -n "${KVS:-}" ] || LLAMA_ATTN_ROT_DISABLE=1 run "q8_0-q8_0-norot-ngl$ngl" $ngl q8_0 q8_0
     done | tee "$OUT/$tag-ppl-summary.txt"
     ;;
 gen)
@@ -102,14 +114,45 @@ gen)
     done
     ls "$OUT/gen-$tag" | wc -l
     ;;
+kshift)
+    # context shift with quantized K caches, CUDA and the same binary's CPU (scripts/cuda/kshift_check.cpp)
+    M=$2; tag=$(basename "$M" .gguf)
+    g++ -O2 -std=c++17 scripts/cuda/kshift_check.cpp -I$W/llama.cpp/include -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN \
+        -lllama -lggml -lggml-base -o $BIN/kshift-check
+    { $BIN/kshift-check "$M" $W/parts/wiki.test.raw 99 turbo4 q8_0 turbo3
+      CUDA_VISIBLE_DEVICES= $BIN/kshift-check "$M" $W/parts/wiki.test.raw 0 turbo4 q8_0 turbo3; } 2>&1 | tee "$OUT/kshift-$tag.txt"
+    ;;
+fa)
+    $BIN/copy-bandwidth | tee "$OUT/copy-bandwidth.txt"
+    $BIN/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT \
+        -p 'hsk=(64|128|256),hsv=(64|128|256),nh=(1|8),nr23=\[(4|8),1\],kv=(7680|32768|8192),nb=(1|512),' \
+        > "$OUT/fa-perf.txt" 2>&1 || true
+    grep -E "FLASH_ATTN_EXT.*us/run" "$OUT/fa-perf.txt" | sed -E "s/^ +//" | cut -c1-60,200- | head -60
+    # the table (µs, KV bytes, GB/s, share of the copy bandwidth) is made here afterwards:
+    #   python3 scripts/cuda/fa_bandwidth.py fa-perf.txt copy-bandwidth.txt
+    ;;
 bench)
-    M=$2
-    $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk f16,q8_0,turbo4,turbo3 -ctv f16,q8_0,turbo4,turbo3 -p 512 -n 128 -d 0,8192,32768 -r 2 -o md \
-        > "$OUT/bench.md" 2> "$OUT/bench.err" || true
-    cat "$OUT/bench.md"
-    $BIN/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p 'hsk=(64|128),.*kv=(7680|32768|8192)' > "$OUT/fa-perf.txt" 2>&1 || true
-    grep -E "FLASH_ATTN_EXT.*(7680|32768|8192)" "$OUT/fa-perf.txt" | head -40
+    M=$2; tag=$(basename "$M" .gguf)
+    # one llama-bench per K/V pair (comma lists would expand to every K x V combination)
+    for kv in f16/f16 q8_0/q8_0 q4_0/q4_0 q8_0/turbo4 turbo4/f16 turbo4/turbo4 turbo3/turbo3; do
+        $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" -p 512 -n 128 -d 0,8192,32768 -r 2 -o md \
+            2>> "$OUT/bench-$tag.err" | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $kv"
+    done | tee "$OUT/bench-$tag.md"
+    ;;
+batched)
+    M=$2; tag=$(basename "$M" .gguf)
+    # 64 or 240 sequences of 4096 + 128 tokens, each in its own KV stream (batched-bench default)
+    for run in f16/f16:64 q8_0/q8_0:64 turbo4/turbo4:64 q8_0/turbo4:64 turbo3/turbo3:64 \
+               f16/f16:240 q8_0/q8_0:240 turbo4/turbo4:240; do
+        kv=${run%:*}; npl=${run#*:}
+        {
+            f="$OUT/batched-$tag-${kv/\//-}-$npl.txt"
+            $BIN/llama-batched-bench -m "$M" -ngl 99 -fa on -ctk "${kv%/*}" -ctv "${kv#*/}" -c $((npl*4224)) -b 2048 -ub 512 \
+                -npp 4096 -ntg 128 -npl $npl > "$f" 2>&1 || echo "FAILED $kv $npl"
+            printf '%-14s npl %3s  %s\n' "$kv" $npl "$(grep -E '^\| +4096 \|' "$f" | tail -1)"
+        }
+    done | tee "$OUT/batched-$tag.txt"
     ;;
 *)
-    sed -n 2,14p "$0"; exit 2 ;;
+    sed -n 2,20p "$0"; exit 2 ;;
 esac

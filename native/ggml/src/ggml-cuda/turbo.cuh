@@ -496,98 +496,195 @@ static __device__ void cpy_blck_f32_turbo(const char * cxi, char * cdsti) {
 // ---------------------------------------------------------------------------------------
 // flash attention, vector kernel (fattn-vec.cuh)
 //
-// Centroid pair tables in shared memory: entry i0 | i1 << bits holds (c[i0], c[i1]), so two
-// neighbouring elements cost one 8-byte shared load instead of two table reads from global
-// memory (levels^2 entries: 256 for turbo4, 64 for turbo3, 16 for turbo2). The vector kernel
-// fills them once at its start (ggml_cuda_turbo_fattn_init, then __syncthreads); the K.Q
-// and V functions below read them, so they must only run inside that kernel.
-static __shared__ float2 ggml_cuda_turbo_lut_K[256];
-static __shared__ float2 ggml_cuda_turbo_lut_V[256];
+// A turbo K takes the kernel's quantized-K path and a turbo V its quantized-V path, so both
+// work on 4 consecutive elements of a row at a time (one int of q8_1 Q per thread and step
+// for K.Q; V_rows_per_thread = 4 for V). The 4 indices are packed into the 4 nibbles of a
+// __byte_perm selector, and the centroids are looked up in registers: PRMT picks a byte of
+// two 32-bit words with the low 3 bits of each selector nibble, so 8 levels take one PRMT,
+// 16 levels three (two halves of the table, then a pick by the index's bit 3), 4 levels one.
+//   K.Q  centroids as int8, round(c * 127 / max|c|), then dp4a with Q as q8_1 exactly like
+//        upstream's q8_0/q4_0 K (4 products per instruction); the sum is multiplied by
+//        max|c|/127 once. The int8 rounding adds (max|c|/127)^2/12 per coordinate to the
+//        error of the cache (+0.5% of turbo4's MSE: 5.7e-7 against 1.1e-4 per coordinate).
+//   V    centroids as fp16 (what the kernel accumulates in), the table split into its low
+//        and high bytes, each looked up, then interleaved into two half2 and multiplied by
+//        the block scale.
+// No shared memory, no table fill, no barrier: the tables are compile-time constants.
+
+// nibble n of the result (n = 0..3) = index of element o + n of block vb; o % 4 == 0
+template <ggml_type type>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_sel4(const void * vb, const int o) {
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        const block_turbo4_0 * x = (const block_turbo4_0 *) vb;
+        uint32_t w;
+        ggml_cuda_memcpy_1<4, 2>(&w, x->qs + (o % (QK_TURBO/2)));
+        const uint32_t v = (w >> (o >= QK_TURBO/2 ? 4 : 0)) & 0x0F0F0F0F;  // index of o+n in byte n
+        return __byte_perm(v | (v >> 4), 0, 0x0020);  // bytes 0 and 2 of v | v >> 4: the 4 nibbles in order
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+        // element 8r + l: bits 3r..3r+2 of qs[l] | qs[l+8] << 8 | qs[l+16] << 16, i.e. in byte
+        // row b0 = 3r/8 from bit sh = 3r - 8 b0, continuing into row b1 (= b0 unless it straddles)
+        const block_turbo3_0 * x = (const block_turbo3_0 *) vb;
+        const int r  = o / 8;
+        const int b0 = (3*r) / 8;
+        const int b1 = (3*r + 2) / 8;
+        const int sh = 3*r - 8*b0;
+        uint32_t q0, q1;
+        ggml_cuda_memcpy_1<4, 2>(&q0, x->qs + 8*b0 + o % 8);
+        ggml_cuda_memcpy_1<4, 2>(&q1, x->qs + 8*b1 + o % 8);
+        // 16-bit lanes q0[n] | q1[n] << 8, shifted: element o+n's index in the low 3 bits of its lane
+        const uint32_t lo = (__byte_perm(q0, q1, 0x5140) >> sh) & 0x00070007;  // o at bit 0, o+1 at bit 16
+        const uint32_t hi = (__byte_perm(q0, q1, 0x7362) >> sh) & 0x00070007;  // o+2 at bit 0, o+3 at bit 16
+        const uint32_t t  = lo | (hi << 8);                                     // o, o+2, o+1, o+3 at bits 0, 8, 16, 24
+        return t | (t >> 12);
+    } else if constexpr (type == GGML_TYPE_TURBO2_0) {
+        const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
+        uint32_t w;
+        ggml_cuda_memcpy_1<4, 2>(&w, x->qs + (o % 16));
+        const uint32_t v = (w >> (2*(o / 16))) & 0x03030303;
+        return __byte_perm(v | (v >> 4), 0, 0x0020);
+    } else {
+        static_assert(type == GGML_TYPE_TURBO4_0, "not a turbo type");
+        return 0;
+    }
+}
+
+// byte n of the result = byte (index in nibble n of sel) of the table t0 | t1 << 32 | ...
+template <int levels>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_lookup4(const uint32_t sel,
+        const uint32_t t0, const uint32_t t1, const uint32_t t2, const uint32_t t3) {
+    if constexpr (levels == 16) {
+        const uint32_t lo = __byte_perm(t0, t1, sel);  // entries 0..7 (bit 3 of the selector is ignored)
+        const uint32_t hi = __byte_perm(t2, t3, sel);  // entries 8..15
+        return __byte_perm(lo, hi, 0x3210 | ((sel & 0x8888) >> 1));
+    } else if constexpr (levels == 8) {
+        return __byte_perm(t0, t1, sel);
+    } else {
+        static_assert(levels == 4, "levels");
+        return __byte_perm(t0, 0, sel);
+    }
+}
+
+// Compile-time tables: the generated codebook as int8 (K) and as fp16 byte planes (V).
+template <ggml_type type> struct ggml_cuda_turbo_fa_codebook;
+template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO4_0> { static constexpr float c[16] = GGML_TURBO4_CENTROIDS; };
+template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO3_0> { static constexpr float c[8]  = GGML_TURBO3_CENTROIDS; };
+template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO2_0> { static constexpr float c[4]  = GGML_TURBO2_CENTROIDS; };
+
+// IEEE fp16 bits of a float in fp16's normal range, round to nearest even (every centroid is)
+static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_half_bits(const float f) {
+    double a = f < 0 ? -(double) f : (double) f;
+    int e = 0;
+    while (a >= 2.0) { a /= 2.0; ++e; }
+    while (a < 1.0)  { a *= 2.0; --e; }
+    const double m = (a - 1.0) * 1024.0;
+    uint32_t mi = (uint32_t) m;
+    const double frac = m - (double) mi;
+    if (frac > 0.5 || (frac == 0.5 && (mi & 1))) {
+        ++mi;
+    }
+    if (mi == 1024) {
+        mi = 0;
+        ++e;
+    }
+    return (f < 0 ? 0x8000u : 0u) | ((uint32_t) (e + 15) << 10) | mi;
+}
 
 template <ggml_type type>
-static __device__ __forceinline__ void ggml_cuda_turbo_lut_fill(float2 * lut) {
-    typedef ggml_cuda_turbo_traits<type> tt;
-    const int tid = threadIdx.y*blockDim.x + threadIdx.x;
-    for (int i = tid; i < tt::levels*tt::levels; i += blockDim.x*blockDim.y) {
-        lut[i] = make_float2(tt::c(i % tt::levels), tt::c(i / tt::levels));
-    }
+static constexpr __host__ __device__ float ggml_cuda_turbo_i8_step() {  // max|c| / 127
+    typedef ggml_cuda_turbo_fa_codebook<type> cb;
+    return cb::c[ggml_cuda_turbo_traits<type>::levels - 1] / 127.0f;  // ascending, symmetric
 }
 
-template <ggml_type type_K, ggml_type type_V>
-static __device__ __forceinline__ void ggml_cuda_turbo_fattn_init() {
-    if constexpr (ggml_cuda_type_is_turbo(type_K)) {
-        ggml_cuda_turbo_lut_fill<type_K>(ggml_cuda_turbo_lut_K);
+// word w of a byte table (entries 4w .. 4w+3; 0 beyond the codebook). plane: 0 = int8
+// centroid, 1 = low byte of the fp16 centroid, 2 = its high byte
+template <ggml_type type, int plane>
+static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_table_word(const int w) {
+    typedef ggml_cuda_turbo_fa_codebook<type> cb;
+    constexpr int levels = ggml_cuda_turbo_traits<type>::levels;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) {
+        const int i = 4*w + k;
+        if (i >= levels) {
+            break;
+        }
+        uint32_t byte = 0;
+        if (plane == 0) {
+            const float q = cb::c[i] / ggml_cuda_turbo_i8_step<type>();
+            byte = (uint32_t) (uint8_t) (int8_t) (int) (q >= 0.0f ? q + 0.5f : q - 0.5f);
+        } else {
+            byte = (ggml_cuda_turbo_half_bits(cb::c[i]) >> (plane == 1 ? 0 : 8)) & 0xFF;
+        }
+        r |= byte << (8*k);
     }
-    if constexpr (ggml_cuda_type_is_turbo(type_V)) {
-        ggml_cuda_turbo_lut_fill<type_V>(ggml_cuda_turbo_lut_V);
-    }
+    return r;
 }
 
-//
-// K.Q: Q stays in float (the kernel's f16-K layout, nthreads threads per K row, each holding
-// 2*cpy_ne consecutive Q values per step); each thread decodes those elements of K and
-// multiplies by d once per block.
+template <ggml_type type, int plane>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_table4(const uint32_t sel) {
+    constexpr uint32_t t0 = ggml_cuda_turbo_table_word<type, plane>(0);
+    constexpr uint32_t t1 = ggml_cuda_turbo_table_word<type, plane>(1);
+    constexpr uint32_t t2 = ggml_cuda_turbo_table_word<type, plane>(2);
+    constexpr uint32_t t3 = ggml_cuda_turbo_table_word<type, plane>(3);
+    return ggml_cuda_turbo_lookup4<ggml_cuda_turbo_traits<type>::levels>(sel, t0, t1, t2, t3);
+}
 
+// K.Q for one K row (vec_dot_KQ_t): Q as q8_1 (Q_q8: 4 int8 values per int, Q_ds: the
+// (d, sum) of their 32-value block), nthreads threads per row, int k_KQ_0 + thread per step.
 template <ggml_type type_K, int D, int nthreads>
 static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
     const char * __restrict__ K_c, const void * __restrict__ Q_v, const int * __restrict__ Q_q8, const void * __restrict__ Q_ds_v) {
     typedef ggml_cuda_turbo_traits<type_K> tt;
-    GGML_UNUSED(Q_q8);
-    GGML_UNUSED(Q_ds_v);
-
-    constexpr int cpy_nb = ggml_cuda_get_max_cpy_bytes();
-    constexpr int cpy_ne = cpy_nb / 4;
-    constexpr int ne_thr = 2*cpy_ne;  // consecutive elements per thread and step (4 or 8)
+    GGML_UNUSED(Q_v);
 
     const typename tt::block * K = (const typename tt::block *) K_c;
     float sum = 0.0f;
 
 #pragma unroll
-    for (int k_KQ_0 = 0; k_KQ_0 < D/2; k_KQ_0 += nthreads*cpy_ne) {
-        const int e0 = 2*(k_KQ_0 + (threadIdx.x % nthreads)*cpy_ne);  // first element of the row
-        const typename tt::block * b = K + e0 / QK_TURBO;
-        int idx[ne_thr];
-        ggml_cuda_turbo_indices<type_K, ne_thr>(b, e0 % QK_TURBO, idx);
-        float s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < cpy_ne; ++k) {
-#ifdef V_DOT2_F32_F16_AVAILABLE
-            const float2 q = __half22float2(((const half2 *) Q_v)[k_KQ_0/nthreads + k]);
-#else
-            const float2 q = ((const float2 *) Q_v)[k_KQ_0/nthreads + k];
-#endif // V_DOT2_F32_F16_AVAILABLE
-            const float2 c = ggml_cuda_turbo_lut_K[idx[2*k] | (idx[2*k + 1] << ggml_cuda_turbo_traits<type_K>::bits)];
-            s += c.x * q.x;
-            s += c.y * q.y;
-        }
-        sum += __half2float(b->d) * s;
+    for (int k_KQ_0 = 0; k_KQ_0 < int(D/sizeof(int)); k_KQ_0 += nthreads) {
+        const int k_KQ = k_KQ_0 + (nthreads == WARP_SIZE ? threadIdx.x : threadIdx.x % nthreads);
+        const int e    = 4*k_KQ;  // first of the 4 elements
+        const typename tt::block * b = K + e / QK_TURBO;
+
+        const int v    = (int) ggml_cuda_turbo_table4<type_K, 0>(ggml_cuda_turbo_sel4<type_K>(b, e % QK_TURBO));
+        const int sumi = ggml_cuda_dp4a(v, Q_q8[k_KQ_0/nthreads], 0);
+
+        const float Q_d = ((const float2 *) Q_ds_v)[k_KQ_0/nthreads].x;
+        sum += __half2float(b->d) * Q_d * (float) sumi;
     }
-    return sum;
+    return sum * ggml_cuda_turbo_i8_step<type_K>();
 }
 
-// V: ne consecutive values starting at element i0 of the row (i0 % ne == 0).
+// V (dequantize_V_t): ne consecutive values from element i0 of the row (i0 % ne == 0, ne % 4 == 0).
 template <ggml_type type_V, typename T, int ne>
 static __device__ __forceinline__ void dequantize_V_turbo(const void * __restrict__ vx, void * __restrict__ dst, const int64_t i0) {
     typedef ggml_cuda_turbo_traits<type_V> tt;
+    static_assert(ne % 4 == 0, "4 values per lookup");
     const typename tt::block * b = (const typename tt::block *) vx + i0 / QK_TURBO;
-    int idx[ne];
-    ggml_cuda_turbo_indices<type_V, ne>(b, (int) (i0 % QK_TURBO), idx);
-    const float d = __half2float(b->d);
+    const int o = (int) (i0 % QK_TURBO);
 #ifdef FP16_AVAILABLE
     if constexpr (std::is_same_v<T, half>) {
+        const half2 d2 = __half2half2(b->d);
 #pragma unroll
-        for (int l0 = 0; l0 < ne; l0 += 2) {
-            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_traits<type_V>::bits)];
-            ((half2 *) dst)[l0/2] = make_half2(d * c.x, d * c.y);
+        for (int l0 = 0; l0 < ne; l0 += 4) {
+            const uint32_t sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
+            const uint32_t lo  = ggml_cuda_turbo_table4<type_V, 1>(sel);
+            const uint32_t hi  = ggml_cuda_turbo_table4<type_V, 2>(sel);
+            const uint32_t c01 = __byte_perm(lo, hi, 0x5140);  // fp16 centroids of elements 0, 1
+            const uint32_t c23 = __byte_perm(lo, hi, 0x7362);  // elements 2, 3
+            ((half2 *) dst)[l0/2 + 0] = d2 * *((const half2 *) &c01);
+            ((half2 *) dst)[l0/2 + 1] = d2 * *((const half2 *) &c23);
         }
     } else
 #endif // FP16_AVAILABLE
     if constexpr (std::is_same_v<T, float>) {
+        const float d = __half2float(b->d);
 #pragma unroll
-        for (int l0 = 0; l0 < ne; l0 += 2) {
-            const float2 c = ggml_cuda_turbo_lut_V[idx[l0] | (idx[l0 + 1] << ggml_cuda_turbo_traits<type_V>::bits)];
-            ((float *) dst)[l0 + 0] = d * c.x;
-            ((float *) dst)[l0 + 1] = d * c.y;
+        for (int l0 = 0; l0 < ne; l0 += 4) {
+            const uint32_t sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                ((float *) dst)[l0 + n] = d * tt::c((sel >> (4*n)) & 15);
+            }
         }
     } else {
         static_assert(std::is_same_v<T, void>, "bad type");
