@@ -103,6 +103,29 @@ def test_unknown_backend_is_refused_with_the_allowed_list():
         BuildConfig(backend="vulkan")
 
 
+def test_metal_backend_sets_metal_and_the_embedded_library():
+    d = BuildConfig(backend="metal").defines()
+    assert d["GGML_METAL"] == "ON" and d["GGML_METAL_EMBED_LIBRARY"] == "ON"
+    assert "GGML_CUDA" not in d and "GGML_METAL" not in BuildConfig().defines()
+
+
+def test_metal_backend_needs_macos():
+    from tqgguf.builder.driver import missing_toolchain
+    msg = missing_toolchain("metal", system="Linux")
+    assert msg is not None and "needs macOS" in msg and "Linux" in msg and "--source-only" in msg
+    assert missing_toolchain("metal", system="Darwin") is None
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the refusal is for machines without macOS")
+def test_build_metal_off_macos_is_refused_before_anything_is_fetched(tmp_path):
+    env = dict(os.environ, TQGGUF_CACHE=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-m", "tqgguf", "build", "--backend", "metal"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "--backend metal" in out.stderr and "needs macOS" in out.stderr
+    assert not (tmp_path / "cache" / "src").exists() and not (tmp_path / "cache" / "sdist").exists()
+
+
 def test_sdist_checksum_mismatch_is_refused(tmp_path, monkeypatch):
     bad = tmp_path / source.PIN.sdist_name
     bad.write_bytes(b"not the sdist")

@@ -73,6 +73,8 @@ class BuildConfig:
             d["GGML_CUDA"] = "ON"
             d["CMAKE_CUDA_ARCHITECTURES"] = self.cuda_arch or "native"
         elif self.backend == "metal":
+            # the Metal source (with our turbo kernels, inlined by ggml-metal/turbo-embed.cmake)
+            # goes into the library and is compiled at run time: no default.metallib to ship
             d["GGML_METAL"] = "ON"
             d["GGML_METAL_EMBED_LIBRARY"] = "ON"
         d.update(self.extra_defines)
@@ -142,11 +144,23 @@ NINJA_PROGRESS = re.compile(r"\[(\d+)/(\d+)\]")
 
 
 def missing_toolchain(backend: str, environ: dict | None = None,
-                      default_dirs: tuple[str, ...] = ("/usr/local/cuda/bin",)) -> str | None:
-    """What the machine lacks to compile ``backend``, or None. CUDA needs nvcc: ``CUDACXX``,
-    else ``nvcc`` on PATH, else ``$CUDA_PATH/bin/nvcc`` or ``/usr/local/cuda/bin/nvcc`` (where
-    CMake's CUDA language support looks). Checked before anything is fetched or compiled."""
+                      default_dirs: tuple[str, ...] = ("/usr/local/cuda/bin",), system: str | None = None) -> str | None:
+    """What the machine lacks to compile ``backend``, or None. Checked before anything is
+    fetched or compiled.
+
+    CUDA needs nvcc: ``CUDACXX``, else ``nvcc`` on PATH, else ``$CUDA_PATH/bin/nvcc`` or
+    ``/usr/local/cuda/bin/nvcc`` (where CMake's CUDA language support looks). Metal needs macOS
+    (``system``, default ``platform.system()``, must be ``"Darwin"``): ggml's Metal backend links
+    Apple's Foundation/Metal/MetalKit frameworks, which exist nowhere else.
+    """
     env = os.environ if environ is None else environ
+    if backend == "metal":
+        system = platform.system() if system is None else system
+        if system != "Darwin":
+            return (f"--backend metal builds ggml's Metal backend, which needs macOS (Apple's Metal and Foundation "
+                    f"frameworks); this machine runs {system or 'an unknown system'}. Build on a Mac (Apple Silicon), "
+                    f"use --backend cpu or cuda here, or write the patched tree with --source-only DIR and build it on a Mac")
+        return None
     if backend != "cuda":
         return None
     candidates = [env.get("CUDACXX"), shutil.which("nvcc", path=env.get("PATH")),

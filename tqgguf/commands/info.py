@@ -53,10 +53,10 @@ def _llama_server() -> str | None:
 
 
 def turbo_fa_pairs(system_info: str) -> list[str]:
-    """K/V pairs with a turbo side that the GPU backend has a flash-attention vector kernel
-    for, as "K/V" ggml names, read from the backend feature TURBO_FA that the CUDA build
-    reports in llama_print_system_info (native/ggml/src/ggml-cuda/turbo-pairs.h); [] for an
-    engine without it (CPU: every pair runs in the CPU's generic flash attention)."""
+    """K/V pairs with a turbo side that the GPU backend has flash-attention kernels for, as
+    "K/V" ggml names, read from the backend feature TURBO_FA that the CUDA and Metal builds
+    report in llama_print_system_info (native/ggml/src/ggml-cuda/turbo-pairs.h, the list both
+    use); [] for an engine without it (CPU: every pair runs in the CPU's generic flash attention)."""
     import re
 
     m = re.search(r"TURBO_FA = ([A-Z0-9_/ ]+?)\s*(\||$)", system_info)
@@ -89,7 +89,7 @@ def command(as_json):
     c.print(f"[bold]llama-server[/] {info['llama_server'] or '[yellow]not built: run tqgguf build[/]'}")
     c.print(f"[bold]system[/]      {info['system_info']}")
     if info["turbo_fa_pairs"]:
-        c.print(f"[bold]GPU turbo flash attention[/] (vector kernel; other pairs are converted to f16 on the GPU): "
+        c.print(f"[bold]GPU turbo flash attention[/] (other pairs: converted to f16 on CUDA, refused on Metal): "
                 f"{' '.join(info['turbo_fa_pairs'])}")
     if len(info["backends"]) > 1 and not info["gpu_offload"]:
         c.print(f"[yellow]no {info['backends'][-1]} device found: -ngl is refused; runs use the CPU with -ngl 0[/]")
