@@ -269,13 +269,14 @@ def _decode(llama_cpp, ctx, toks, pos0, want_logits):
         llama_cpp.llama_batch_free(batch)
 
 
-def _shift_and_fresh(model, toks, *, ctk, k_center):
+def _shift_and_fresh(model, toks, *, ctk, **env):
     """Decode 160 tokens, drop positions 16..79 and shift the rest back by 64 (llama.cpp's
     context shift: seq_rm + seq_add, RoPE re-applied by the K-shift graph), decode 16 more.
-    Returns their log-probs, and those of a fresh decode of the same 112 tokens."""
+    Returns their log-probs, and those of a fresh decode of the same 112 tokens. ``env``:
+    the engine variables the cache is created with (tqgguf.engine.engine_env's keywords,
+    e.g. k_center=engine_value(...) or kv_plan=...); tests/test_kv_plan.py uses it too."""
     from tqgguf.cachetypes import ggml_type_id
     from tqgguf.engine import engine_env, ensure_engine
-    from tqgguf.kcenter import engine_value
 
     ensure_engine()
     import llama_cpp
@@ -289,7 +290,7 @@ def _shift_and_fresh(model, toks, *, ctk, k_center):
             cp.n_ctx, cp.n_batch, cp.n_ubatch = 256, 256, 256
             cp.type_k = ggml_type_id(ctk)
             cp.n_threads = cp.n_threads_batch = 2
-            with engine_env(k_center=engine_value(k_center, model)):
+            with engine_env(**env):
                 ctx = llama_cpp.llama_init_from_model(mdl, cp)
             assert ctx
             try:
@@ -318,7 +319,7 @@ def shift_reference(qwen, wiki):
     eng = open_model(qwen, n_ctx=64)
     toks = tokenize(eng, wiki)[:200]
     eng.close()
-    return toks, _shift_and_fresh(qwen, toks, ctk="f16", k_center="off")
+    return toks, _shift_and_fresh(qwen, toks, ctk="f16")
 
 
 @pytest.mark.engine
@@ -332,7 +333,9 @@ def test_k_shift_keeps_a_centered_cache_coherent(qwen, shift_reference, ctk, mod
     cache as it is without any shift (for turbo4 that distance is its quantization error,
     plus the re-quantization every quantized K-shift does)."""
     toks, (shift_ref, fresh_ref) = shift_reference
-    shift_c, fresh_c = _shift_and_fresh(qwen, toks, ctk=ctk, k_center=mode)
+    from tqgguf.kcenter import engine_value
+
+    shift_c, fresh_c = _shift_and_fresh(qwen, toks, ctk=ctk, k_center=engine_value(mode, qwen))
     d_shift, d_fresh = _kld(shift_ref, shift_c), _kld(fresh_ref, fresh_c)
     top = int((shift_ref.argmax(1) == shift_c.argmax(1)).sum())
     print(f"\nK-shift {ctk} + {mode}: KLD to f16 after the shift {d_shift:.2e}, without shift {d_fresh:.2e}; "

@@ -382,44 +382,6 @@ def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
 
 # ----------------------------------------------------------------------------- K-shift
 
-def _shift_and_fresh_plan(model, toks, *, ctk, plan):
-    """test_k_center's context shift (decode 160, drop 16..79, shift the rest back by 64,
-    decode 16 more) with LLAMA_KV_PLAN=plan; returns (shifted, fresh) log-probs."""
-    import llama_cpp
-
-    from tqgguf.cachetypes import ggml_type_id
-    from tqgguf.engine import engine_env, ensure_engine
-
-    from .test_k_center import _decode
-
-    ensure_engine()
-    mdl = llama_cpp.llama_model_load_from_file(str(model).encode(), llama_cpp.llama_model_default_params())
-    out = []
-    try:
-        for shifted in (True, False):
-            cp = llama_cpp.llama_context_default_params()
-            cp.n_ctx, cp.n_batch, cp.n_ubatch = 256, 256, 256
-            cp.type_k = ggml_type_id(ctk)
-            cp.n_threads = cp.n_threads_batch = 2
-            with engine_env(kv_plan=plan):
-                ctx = llama_cpp.llama_init_from_model(mdl, cp)
-            assert ctx
-            try:
-                if shifted:
-                    _decode(llama_cpp, ctx, toks[:160], 0, 1)
-                    mem = llama_cpp.llama_get_memory(ctx)
-                    assert llama_cpp.llama_memory_seq_rm(mem, 0, 16, 80)
-                    llama_cpp.llama_memory_seq_add(mem, 0, 80, -1, -64)
-                    out.append(_decode(llama_cpp, ctx, toks[160:176], 96, 16))
-                else:
-                    out.append(_decode(llama_cpp, ctx, np.concatenate([toks[:16], toks[80:176]]), 0, 16))
-            finally:
-                llama_cpp.llama_free(ctx)
-    finally:
-        llama_cpp.llama_model_free(mdl)
-    return out
-
-
 @pytest.mark.engine
 def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(model_file):
     """SmolLM2, K turbo3 with the boundary layers at q8_0 vs uniform turbo3: after the
@@ -431,16 +393,16 @@ def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(mo
     from tqgguf.runtime import open_model
     from tqgguf.texts import resolve_text
 
-    from .test_k_center import _kld
+    from .test_k_center import _kld, _shift_and_fresh
 
     path = model_file(SMOL)
     eng = open_model(path, n_ctx=64)
     toks = tokenize(eng, resolve_text(None).content[:20000])[:200]
     eng.close()
-    shift_ref, fresh_ref = _shift_and_fresh_plan(path, toks, ctk="f16", plan="")
+    shift_ref, fresh_ref = _shift_and_fresh(path, toks, ctk="f16")
     d = {}
     for name, plan in (("uniform", ""), ("mixed", "0-1,28-29:q8_0/f16")):
-        s, f = _shift_and_fresh_plan(path, toks, ctk="turbo3", plan=plan)
+        s, f = _shift_and_fresh(path, toks, ctk="turbo3", kv_plan=plan)
         d[name] = (_kld(shift_ref, s), _kld(fresh_ref, f))
     print(f"\nK-shift SmolLM2 turbo3 K: KLD to f16 after shift / fresh: uniform {d['uniform'][0]:.2e} / "
           f"{d['uniform'][1]:.2e}, boundary q8_0 {d['mixed'][0]:.2e} / {d['mixed'][1]:.2e}")
