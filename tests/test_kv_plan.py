@@ -80,6 +80,12 @@ def test_boundary_plan_names_first_and_last_layers(model_file):
     assert build_plan(model_file(QWEN)) is None
 
 
+def test_boundary_whose_first_and_last_layers_overlap_is_refused(model_file):
+    with pytest.raises(KVPlanError, match=r"--kv-boundary 13: the first and last 13 layers overlap, "
+                                          r"qwen2.5-coder.* has 24 layers; N can be at most 12"):
+        build_plan(model_file(QWEN), boundary="13")
+
+
 def test_plan_for_another_layer_count_is_refused(model_file):
     with pytest.raises(KVPlanError, match=r"layer 29 is named, but qwen2.5-coder.* has 24 layers \(0-23\)"):
         build_plan(model_file(QWEN), plan="0-1,28-29:q8_0/q8_0")

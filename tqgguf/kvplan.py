@@ -352,6 +352,10 @@ def build_plan(model_path: str | os.PathLike, *, boundary: object = None, swa: o
     src: list[str] = []
     if boundary not in (None, "", "0"):
         nb, k, v = parse_boundary(boundary)
+        if 2 * nb > n:
+            raise KVPlanError(f"--kv-boundary {boundary}: the first and last {nb} layers overlap, "
+                              f"{Path(model_path).name} has {n} layers; N can be at most {n // 2} "
+                              f"(which already covers every layer; -ctk/-ctv set all layers)")
         if nb:
             ranges = [(0, n - 1)] if 2 * nb >= n else [(0, nb - 1), (n - nb, n - 1)]
             entries.append(Entry(tuple(ranges), k, v))
