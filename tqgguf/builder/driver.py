@@ -132,6 +132,7 @@ def _run_logged(cmd: list[str], log: Path, env: dict, on_line: Callable[[str], N
         assert proc.stdout is not None
         for line in proc.stdout:
             lf.write(line)
+            lf.flush()  # the log is what a user watches during a long compile: keep it current
             tail = (tail + [line.rstrip()])[-40:]
             on_line(line)
         rc = proc.wait()
@@ -240,7 +241,7 @@ def build_tools(cfg: BuildConfig, tree: Path, tools_dir: Path, log_path: Path, e
     defines = dict(cfg.defines())
     defines.update({"LLAMA_BUILD_TESTS": "ON", "LLAMA_BUILD_TOOLS": "ON", "LLAMA_BUILD_SERVER": "ON",
                     "LLAMA_CURL": "OFF", "LLAMA_OPENSSL": "OFF", "CMAKE_RUNTIME_OUTPUT_DIRECTORY": str(tools_dir / "bin")})
-    log(f"building tools ({', '.join(cfg.targets)}) in {tools_dir}")
+    log(f"building tools ({', '.join(cfg.targets)}) in {tools_dir}; log: {log_path}")
     cmake = shutil.which("cmake") or "cmake"
     _run_logged([cmake, "-S", str(src), "-B", str(tools_dir), "-G", "Ninja"] + [f"-D{k}={v}" for k, v in defines.items()],
                 log_path, env, on_line)
