@@ -481,8 +481,10 @@ def test_a_model_llama_server_refuses_gives_its_message_not_a_timeout(tmp_path):
     p = subprocess.run(_serve_cmd(str(bad), "--port", str(_free_port())), capture_output=True, text=True,
                        env=_clean_env(), timeout=120)
     assert p.returncode == 1 and time.monotonic() - t0 < 60
-    assert "cannot serve broken.gguf: llama-server (exit 1)" in p.stderr
-    assert "failed to load model" in p.stderr or "error loading model" in p.stderr
+    # refused by the GGUF header reader (K centering auto and layer plans read the header before
+    # llama-server starts) or by llama-server itself: either way its reason, exit 1, no traceback
+    assert "cannot serve broken.gguf:" in p.stderr and "Traceback" not in p.stderr
+    assert any(m in p.stderr for m in ("failed to load model", "error loading model", "as a GGUF"))
 
 
 @pytest.mark.engine

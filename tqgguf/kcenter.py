@@ -56,15 +56,17 @@ CALIB_ARCH = "tqgguf-k-center"
 KEY = "tqgguf.k_center."
 
 
-def resolve_auto(model_path: str | os.PathLike, k_types: set[str] | list[str] | tuple[str, ...]) -> tuple[KCenter, str]:
+def resolve_auto(model_path: str | os.PathLike, k_types: set[str] | list[str] | tuple[str, ...],
+                 streams: int = 1) -> tuple[KCenter, str]:
     """What ``--k-center auto`` means for this model and these K cache types, and why.
 
     full when the model's keys carry a bias (``blk.N.attn_k.bias`` tensors in the GGUF) and
     some layer's K cache (``k_types``: every K type in use, -ctk and a layer plan's) is
     quantized: without it Qwen2-family models collapse under a quantized K (turbo4/turbo4
     +224% PPL on Qwen2.5-Coder-0.5B, +2.0% with full; docs/K_CENTERING.md). The engine's
-    full mode does not serve sliding-window caches, so such a model gets bias, the best mode
-    those caches take. Otherwise off, so a model without K bias, or an unquantized K, runs
+    full mode does not serve sliding-window caches, nor a cache of several KV streams
+    (``streams`` > 1: llama-server's -np slots, each its own stream), so those get bias, the
+    best mode they take. Otherwise off, so a model without K bias, or an unquantized K, runs
     exactly as with --k-center off.
 
     Returns (the resolved KCenter, a one-line reason). Raises KVPlanError (a ValueError)
@@ -80,6 +82,9 @@ def resolve_auto(model_path: str | os.PathLike, k_types: set[str] | list[str] | 
     if layers.swa:
         return KCenter("bias"), (f"{bias} and K is quantized ({', '.join(quant)}); full does not serve "
                                  "sliding-window caches, so bias (the slow-RoPE part of the bias)")
+    if streams > 1:
+        return KCenter("bias"), (f"{bias} and K is quantized ({', '.join(quant)}); full does not serve a cache of "
+                                 f"{streams} streams (-np {streams}), so bias (the slow-RoPE part of the bias)")
     return KCenter("full"), f"{bias} and K is quantized ({', '.join(quant)})"
 
 

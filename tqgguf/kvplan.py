@@ -50,6 +50,10 @@ class KVPlanError(ValueError):
     what is allowed."""
 
 
+class GGUFReadError(KVPlanError):
+    """The model file is not a readable GGUF (missing magic, truncated, corrupt header)."""
+
+
 @dataclass(frozen=True)
 class Entry:
     """One plan entry: ``ranges`` (inclusive (first, last) layer pairs; empty = the
@@ -179,7 +183,7 @@ def read_header(model_path: str | os.PathLike) -> tuple[dict[str, object], list[
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             if m[:4] != b"GGUF":
-                raise KVPlanError(f"{path}: not a GGUF file (no GGUF magic)")
+                raise GGUFReadError(f"{path}: not a GGUF file (no GGUF magic)")
             pos = 8
             n_tensors, n_kv = struct.unpack_from("<QQ", m, pos)
             pos += 16
@@ -223,10 +227,10 @@ def read_header(model_path: str | os.PathLike) -> tuple[dict[str, object], list[
                 (nd,) = struct.unpack_from("<I", m, pos)
                 pos += 4 + 8 * nd + 4 + 8
             return meta, names
-    except (OSError, ValueError, struct.error, KeyError) as e:
+    except (OSError, ValueError, struct.error, KeyError, OverflowError, MemoryError, IndexError) as e:
         if isinstance(e, KVPlanError):
             raise
-        raise KVPlanError(f"cannot read {path} as a GGUF ({type(e).__name__}: {e}); is it a complete .gguf file?") from None
+        raise GGUFReadError(f"cannot read {path} as a GGUF ({type(e).__name__}: {e}); is it a complete .gguf file?") from None
 
 
 def model_layers(model_path: str | os.PathLike) -> ModelLayers:

@@ -89,9 +89,13 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     path = Path(path)
     if not alias:  # a registry name is its own alias; a file is named by its stem
         alias = path.stem if Path(model).expanduser().is_file() else model.strip().lower()
+    from ..kvplan import GGUFReadError
+
     engine_env_for = _EngineEnv(settings, threads)
     try:
         env = engine_env_for(path)  # the default model's, checked before anything starts
+    except GGUFReadError as e:  # the file itself, not a flag
+        raise click.ClickException(f"cannot serve {path.name}: {e}") from None
     except ValueError as e:  # KCenterError, KVPlanError: name the flag and what is allowed
         raise click.UsageError(str(e)) from None
     config = ServeConfig(model_path=path, alias=alias, settings=settings, llama_server=binary,
@@ -143,7 +147,8 @@ class _EngineEnv:
                                  f"{FLASH_ATTN_RULE}")
         kc, reason = parse_k_center(s.k_center), ""
         if kc.mode == "auto":
-            kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k})
+            kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k},
+                                      streams=s.num_parallel)
         kc_env = engine_value(kc, path, n_threads=self.threads)
         plan_env = plan.engine_value() if plan else ""
         notes = []
