@@ -9,8 +9,8 @@
 //                                    (prefill converts K/V to f16 for the tensor-core FA kernels)
 //   quantize_f32_turbo_block_warp    SET_ROWS (the cache write; one warp per block)
 //   quantize_f32_turbo{4,3,2}_0_block CPY f32->turbo (K-shift; one thread per block, same bytes)
-//   vec_dot_fattn_vec_KQ_turbo       FA vector kernel, K.Q with a turbo K (Q kept in float)
-//   dequantize_V_turbo               FA vector kernel, V rows of a turbo V
+//   vec_dot_fattn_vec_KQ_turbo       FA vector kernel, K.Q with a turbo K (int8 codebook, dp4a on q8_1 Q)
+//   dequantize_V_turbo               FA vector kernel, V rows of a turbo V (fp16 codebook)
 //
 // Decoding is y_j = d * c[idx_j] (one float product, as on the CPU). Encoding is the CPU's
 // scale search (docs/DESIGN.md, design change 1) with the CPU's canonical summation order;
@@ -66,62 +66,6 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
 
 // ---------------------------------------------------------------------------------------
 // index extraction (layout: ggml-turbo-common.h)
-
-// n consecutive bytes from a 2-byte aligned address (turbo blocks are 34/26/18 bytes: the
-// qs arrays are 2-byte but not 4-byte aligned)
-template <int n>
-static __device__ __forceinline__ void ggml_cuda_turbo_load(const uint8_t * p, uint8_t (&out)[n]) {
-    static_assert(n % 2 == 0, "even byte count");
-#pragma unroll
-    for (int i = 0; i < n/2; ++i) {
-        const uint16_t v = ((const uint16_t *) p)[i];
-        out[2*i + 0] = (uint8_t) (v & 0xFF);
-        out[2*i + 1] = (uint8_t) (v >> 8);
-    }
-}
-
-// Indices of the n consecutive elements o .. o+n-1 of one block; o % n == 0, n in {2, 4, 8}.
-template <ggml_type type, int n>
-static __device__ __forceinline__ void ggml_cuda_turbo_indices(const void * vb, const int o, int (&idx)[n]) {
-    static_assert(n == 2 || n == 4 || n == 8, "n must be 2, 4 or 8");
-    if constexpr (type == GGML_TYPE_TURBO4_0) {
-        const block_turbo4_0 * x = (const block_turbo4_0 *) vb;
-        uint8_t q[n];
-        ggml_cuda_turbo_load<n>(x->qs + (o % (QK_TURBO/2)), q);
-        const int shift = o >= QK_TURBO/2 ? 4 : 0;
-#pragma unroll
-        for (int k = 0; k < n; ++k) {
-            idx[k] = (q[k] >> shift) & 15;
-        }
-    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
-        // element j = 8r + l: bits 3r..3r+2 of w_l = qs[l] | qs[l+8] << 8 | qs[l+16] << 16; those
-        // bits lie in byte row 3r/8 and at most the next one, so two rows are read, not three
-        const block_turbo3_0 * x = (const block_turbo3_0 *) vb;
-        const int l0 = o % 8;
-        const int r  = o / 8;
-        const int b0 = (3*r) / 8;
-        const int b1 = (3*r + 2) / 8;
-        const int sh = 3*r - 8*b0;
-        uint8_t q0[n], q1[n];
-        ggml_cuda_turbo_load<n>(x->qs + 8*b0 + l0, q0);
-        ggml_cuda_turbo_load<n>(x->qs + 8*b1 + l0, q1);
-#pragma unroll
-        for (int k = 0; k < n; ++k) {
-            idx[k] = (int) ((((uint32_t) q0[k] | ((uint32_t) q1[k] << 8)) >> sh) & 7);
-        }
-    } else if constexpr (type == GGML_TYPE_TURBO2_0) {
-        const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
-        uint8_t q[n];
-        ggml_cuda_turbo_load<n>(x->qs + (o % 16), q);
-        const int shift = 2*(o / 16);
-#pragma unroll
-        for (int k = 0; k < n; ++k) {
-            idx[k] = (q[k] >> shift) & 3;
-        }
-    } else {
-        static_assert(type == GGML_TYPE_TURBO4_0, "not a turbo type");
-    }
-}
 
 // Index of one element j (0..63).
 template <ggml_type type>
