@@ -10,7 +10,7 @@
 //   quantize_f32_turbo_block_warp    SET_ROWS (the cache write; one warp per block)
 //   quantize_f32_turbo{4,3,2}_0_block CPY f32->turbo (K-shift; one thread per block, same bytes)
 //   vec_dot_fattn_vec_KQ_turbo       FA vector kernel, K.Q with a turbo K (int8 codebook, dp4a on q8_1 Q)
-//   dequantize_V_turbo               FA vector kernel, V rows of a turbo V (fp16 codebook)
+//   dequantize_V_turbo               FA vector kernel, V rows of a turbo V (fp16 codebook in registers)
 //
 // Decoding is y_j = d * c[idx_j] (one float product, as on the CPU). Encoding is the CPU's
 // scale search (docs/DESIGN.md, design change 1) with the CPU's canonical summation order;
@@ -440,20 +440,58 @@ static __device__ void cpy_blck_f32_turbo(const char * cxi, char * cdsti) {
 // ---------------------------------------------------------------------------------------
 // flash attention, vector kernel (fattn-vec.cuh)
 //
-// A turbo K takes the kernel's quantized-K path and a turbo V its quantized-V path, so both
-// work on 4 consecutive elements of a row at a time (one int of q8_1 Q per thread and step
-// for K.Q; V_rows_per_thread = 4 for V). The 4 indices are packed into the 4 nibbles of a
-// __byte_perm selector, and the centroids are looked up in registers: PRMT picks a byte of
-// two 32-bit words with the low 3 bits of each selector nibble, so 8 levels take one PRMT,
-// 16 levels three (two halves of the table, then a pick by the index's bit 3), 4 levels one.
+// A turbo K takes the kernel's quantized-K path and a turbo V its quantized-V path, with
+// ggml_cuda_turbo_fa_nthreads (8) threads per row on either side (the one change to the
+// kernel, patch 0008): each thread works on 4 consecutive elements at a time (one int of
+// q8_1 Q for K.Q; V_rows_per_thread = 4 for V), 4t + 32i for i = 0, 1, ... The 4 indices
+// are packed into the 4 nibbles of a __byte_perm selector, and the centroids are looked up
+// in registers: PRMT picks a byte of two 32-bit words with the low 3 bits of each selector
+// nibble, so 8 levels take one PRMT, 16 levels three (two halves of the table, then a pick
+// by the index's bit 3), 4 levels one.
 //   K.Q  centroids as int8, round(c * 127 / max|c|), then dp4a with Q as q8_1 exactly like
 //        upstream's q8_0/q4_0 K (4 products per instruction); the sum is multiplied by
 //        max|c|/127 once. The int8 rounding adds (max|c|/127)^2/12 per coordinate to the
 //        error of the cache (+0.5% of turbo4's MSE: 5.7e-7 against 1.1e-4 per coordinate).
-//   V    centroids as fp16 (what the kernel accumulates in), the table split into its low
-//        and high bytes, each looked up, then interleaved into two half2 and multiplied by
-//        the block scale.
+//   V    centroids as fp16 (exact to 11 bits), the table split into its low and high bytes,
+//        each looked up, then interleaved into two half2; on NVIDIA GPUs the kernel
+//        accumulates V in fp32, so they are widened and multiplied by the block scale there.
+//        (Until session 6 that path read the fp32 codebook from global memory per value.)
 // No shared memory, no table fill, no barrier: the tables are compile-time constants.
+
+// Threads per K row (K.Q) and per V row in the vector kernel when that side is turbo
+// (fattn-vec.cuh; upstream gives a quantized side D/4 threads, at most a warp). With 8, the
+// Q ints of thread t are elements 4t + 32i .. +3, i = 0, 1, ...: ints 2m and 2m + 1 are
+// elements 4t.. and 4t + 32.. of block m, whose turbo4 (and turbo2) indices sit in the same
+// four bytes of qs, so one load serves 8 values; the row's partial sums reduce over 8 lanes
+// (3 shuffles, not 5), and the per-row work of the kernel (mask, running max, the V row's
+// softmax weight) is shared by 16 values per thread instead of 4.
+static constexpr int ggml_cuda_turbo_fa_nthreads = 8;
+
+// byte lanes of v hold 4 indices (< 16) -> the same indices as the 4 nibbles of a PRMT selector
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_nibsel(const uint32_t v) {
+    return __byte_perm(v | (v >> 4), 0, 0x0020);  // bytes 0 and 2 of v | v >> 4: the 4 nibbles in order
+}
+
+// turbo4, turbo2: selectors of elements o..o+3 (a) and o+32..o+35 (b) of block vb, o % 4 == 0,
+// o < 32 -- the same four bytes of qs (ggml-turbo-common.h's layouts), one load
+template <ggml_type type>
+static __device__ __forceinline__ void ggml_cuda_turbo_sel4_pair(const void * vb, const uint32_t o, uint32_t & a, uint32_t & b) {
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        const block_turbo4_0 * x = (const block_turbo4_0 *) vb;
+        uint32_t w;
+        ggml_cuda_memcpy_1<4, 2>(&w, x->qs + o);
+        a = ggml_cuda_turbo_nibsel(w & 0x0F0F0F0F);         // element j < 32: low nibble of qs[j]
+        b = ggml_cuda_turbo_nibsel((w >> 4) & 0x0F0F0F0F);  // element j + 32: its high nibble
+    } else {
+        static_assert(type == GGML_TYPE_TURBO2_0, "turbo4 or turbo2");
+        const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
+        uint32_t w;
+        ggml_cuda_memcpy_1<4, 2>(&w, x->qs + (o % 16));
+        const uint32_t sh = 2*(o / 16);                       // element j: bits 2(j/16) of qs[j % 16]
+        a = ggml_cuda_turbo_nibsel((w >> sh) & 0x03030303);
+        b = ggml_cuda_turbo_nibsel((w >> (sh + 4)) & 0x03030303);
+    }
+}
 
 // nibble n of the result (n = 0..3) = index of element o + n of block vb; o % 4 == 0
 template <ggml_type type>
@@ -462,8 +500,7 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_sel4(const void * vb,
         const block_turbo4_0 * x = (const block_turbo4_0 *) vb;
         uint32_t w;
         ggml_cuda_memcpy_1<4, 2>(&w, x->qs + (o % (QK_TURBO/2)));
-        const uint32_t v = (w >> (o >= QK_TURBO/2 ? 4 : 0)) & 0x0F0F0F0F;  // index of o+n in byte n
-        return __byte_perm(v | (v >> 4), 0, 0x0020);  // bytes 0 and 2 of v | v >> 4: the 4 nibbles in order
+        return ggml_cuda_turbo_nibsel((w >> (o >= QK_TURBO/2 ? 4 : 0)) & 0x0F0F0F0F);  // index of o+n in byte n
     } else if constexpr (type == GGML_TYPE_TURBO3_0) {
         // element 8r + l: bits 3r..3r+2 of qs[l] | qs[l+8] << 8 | qs[l+16] << 16, i.e. in byte
         // row b0 = 3r/8 from bit sh = 3r - 8 b0, continuing into row b1 (= b0 unless it straddles)
@@ -484,8 +521,7 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_sel4(const void * vb,
         const block_turbo2_0 * x = (const block_turbo2_0 *) vb;
         uint32_t w;
         ggml_cuda_memcpy_1<4, 2>(&w, x->qs + (o % 16));
-        const uint32_t v = (w >> (2*(o / 16))) & 0x03030303;
-        return __byte_perm(v | (v >> 4), 0, 0x0020);
+        return ggml_cuda_turbo_nibsel((w >> (2*(o / 16))) & 0x03030303);
     } else {
         static_assert(type == GGML_TYPE_TURBO4_0, "not a turbo type");
         return 0;
@@ -573,7 +609,8 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_table4(const uint32_t
 }
 
 // K.Q for one K row (vec_dot_KQ_t): Q as q8_1 (Q_q8: 4 int8 values per int, Q_ds: the
-// (d, sum) of their 32-value block), nthreads threads per row, int k_KQ_0 + thread per step.
+// (d, sum) of their 32-value block), nthreads threads per row; int i of a thread is
+// Q int nthreads*i + t (t = its lane in the row), elements 4(nthreads*i + t) .. +3.
 template <ggml_type type_K, int D, int nthreads>
 static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
     const char * __restrict__ K_c, const void * __restrict__ Q_v, const int * __restrict__ Q_q8, const void * __restrict__ Q_ds_v) {
@@ -581,56 +618,66 @@ static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
     GGML_UNUSED(Q_v);
 
     const typename tt::block * K = (const typename tt::block *) K_c;
+    const float2 * Q_ds = (const float2 *) Q_ds_v;
+    const uint32_t t = nthreads == WARP_SIZE ? threadIdx.x : threadIdx.x % nthreads;
+    constexpr int n_int = D/sizeof(int)/nthreads;  // Q ints per thread
     float sum = 0.0f;
 
+    if constexpr (nthreads == QK_TURBO/8 && type_K != GGML_TYPE_TURBO3_0) {
+        // ints 2m and 2m + 1 are elements 4t.. and 4t + 32.. of block m: one load (ggml_cuda_turbo_fa_nthreads)
+        static_assert(n_int % 2 == 0, "pairs of ints");
 #pragma unroll
-    for (int k_KQ_0 = 0; k_KQ_0 < int(D/sizeof(int)); k_KQ_0 += nthreads) {
-        const int k_KQ = k_KQ_0 + (nthreads == WARP_SIZE ? threadIdx.x : threadIdx.x % nthreads);
-        const int e    = 4*k_KQ;  // first of the 4 elements
-        const typename tt::block * b = K + e / QK_TURBO;
+        for (int m = 0; m < n_int/2; ++m) {
+            const typename tt::block * b = K + m;
+            uint32_t sel_a, sel_b;
+            ggml_cuda_turbo_sel4_pair<type_K>(b, 4*t, sel_a, sel_b);
+            const int sa = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_a), Q_q8[2*m + 0], 0);
+            const int sb = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_b), Q_q8[2*m + 1], 0);
+            sum += __half2float(b->d) * (Q_ds[2*m + 0].x * (float) sa + Q_ds[2*m + 1].x * (float) sb);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < n_int; ++i) {
+            const uint32_t e = 4*(nthreads*i + t);  // first of the 4 elements
+            const typename tt::block * b = K + e / QK_TURBO;
 
-        const int v    = (int) ggml_cuda_turbo_table4<type_K, 0>(ggml_cuda_turbo_sel4<type_K>(b, e % QK_TURBO));
-        const int sumi = ggml_cuda_dp4a(v, Q_q8[k_KQ_0/nthreads], 0);
-
-        const float Q_d = ((const float2 *) Q_ds_v)[k_KQ_0/nthreads].x;
-        sum += __half2float(b->d) * Q_d * (float) sumi;
+            const int v    = (int) ggml_cuda_turbo_table4<type_K, 0>(ggml_cuda_turbo_sel4<type_K>(b, e % QK_TURBO));
+            const int sumi = ggml_cuda_dp4a(v, Q_q8[i], 0);
+            sum += __half2float(b->d) * Q_ds[i].x * (float) sumi;
+        }
     }
     return sum * ggml_cuda_turbo_i8_step<type_K>();
 }
 
 // V (dequantize_V_t): ne consecutive values from element i0 of the row (i0 % ne == 0, ne % 4 == 0).
+// The centroids come from the fp16 byte planes in registers (no memory access); on NVIDIA GPUs
+// the kernel accumulates V in fp32 (T = float), so they are widened and scaled in fp32.
 template <ggml_type type_V, typename T, int ne>
 static __device__ __forceinline__ void dequantize_V_turbo(const void * __restrict__ vx, void * __restrict__ dst, const int64_t i0) {
-    typedef ggml_cuda_turbo_traits<type_V> tt;
     static_assert(ne % 4 == 0, "4 values per lookup");
-    const typename tt::block * b = (const typename tt::block *) vx + i0 / QK_TURBO;
-    const int o = (int) (i0 % QK_TURBO);
-#ifdef FP16_AVAILABLE
-    if constexpr (std::is_same_v<T, half>) {
-        const half2 d2 = __half2half2(b->d);
+    const uint32_t u = (uint32_t) i0;  // < 2^32: an element of one row
+    const typename ggml_cuda_turbo_traits<type_V>::block * b = (const typename ggml_cuda_turbo_traits<type_V>::block *) vx + u / QK_TURBO;
+    const int o = (int) (u % QK_TURBO);
 #pragma unroll
-        for (int l0 = 0; l0 < ne; l0 += 4) {
-            const uint32_t sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
-            const uint32_t lo  = ggml_cuda_turbo_table4<type_V, 1>(sel);
-            const uint32_t hi  = ggml_cuda_turbo_table4<type_V, 2>(sel);
-            const uint32_t c01 = __byte_perm(lo, hi, 0x5140);  // fp16 centroids of elements 0, 1
-            const uint32_t c23 = __byte_perm(lo, hi, 0x7362);  // elements 2, 3
+    for (int l0 = 0; l0 < ne; l0 += 4) {
+        const uint32_t sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
+        const uint32_t lo  = ggml_cuda_turbo_table4<type_V, 1>(sel);
+        const uint32_t hi  = ggml_cuda_turbo_table4<type_V, 2>(sel);
+        const uint32_t c01 = __byte_perm(lo, hi, 0x5140);  // fp16 centroids of elements 0, 1
+        const uint32_t c23 = __byte_perm(lo, hi, 0x7362);  // elements 2, 3
+        if constexpr (std::is_same_v<T, half>) {
+            const half2 d2 = __half2half2(b->d);
             ((half2 *) dst)[l0/2 + 0] = d2 * *((const half2 *) &c01);
             ((half2 *) dst)[l0/2 + 1] = d2 * *((const half2 *) &c23);
+        } else {
+            static_assert(std::is_same_v<T, float>, "bad type");
+            const float  d   = __half2float(b->d);
+            const float2 f01 = __half22float2(*((const half2 *) &c01));
+            const float2 f23 = __half22float2(*((const half2 *) &c23));
+            ((float *) dst)[l0 + 0] = d * f01.x;
+            ((float *) dst)[l0 + 1] = d * f01.y;
+            ((float *) dst)[l0 + 2] = d * f23.x;
+            ((float *) dst)[l0 + 3] = d * f23.y;
         }
-    } else
-#endif // FP16_AVAILABLE
-    if constexpr (std::is_same_v<T, float>) {
-        const float d = __half2float(b->d);
-#pragma unroll
-        for (int l0 = 0; l0 < ne; l0 += 4) {
-            const uint32_t sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
-#pragma unroll
-            for (int n = 0; n < 4; ++n) {
-                ((float *) dst)[l0 + n] = d * tt::c((sel >> (4*n)) & 15);
-            }
-        }
-    } else {
-        static_assert(std::is_same_v<T, void>, "bad type");
     }
 }
