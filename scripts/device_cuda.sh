@@ -15,6 +15,8 @@
 #                                          beside the card's copy bandwidth (same run)
 #   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair
 #   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences
+#   scripts/device_cuda.sh profile MODEL.gguf  Nsight Compute: the FA decode kernel per K/V pair (speed of light,
+#                                          occupancy, warp stalls) and the cache write (SET_ROWS) at batch 1
 # ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder); ppl runs
 # -ngl 99 and 0 (CPU) unless NGLS says otherwise, for the K/V pairs in KVS (default: 8 pairs).
 set -euo pipefail
@@ -138,6 +140,28 @@ bench)
         $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" -p 512 -n 128 -d 0,8192,32768 -r 2 -o md \
             2>> "$OUT/bench-$tag.err" | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $kv"
     done | tee "$OUT/bench-$tag.md"
+    ;;
+profile)
+    M=$2; tag=$(basename "$M" .gguf)
+    # ncu reads the hardware counters on this machine's runtime with the clocks left alone
+    NCU="ncu --clock-control none"
+    for kv in f16/f16 q8_0/q8_0 turbo4/turbo4 q8_0/turbo4 turbo4/f16 turbo3/turbo3; do
+        f="$OUT/ncu-fa-${kv/\//-}.txt"
+        $NCU -k regex:flash_attn_ext_vec --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
+            --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            $BIN/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT \
+            -p "hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=${kv%/*},type_V=${kv#*/}," > "$f" 2>&1 || echo "FAILED ncu $kv"
+        echo "== $kv"
+        grep -E "^ +(Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Executed Ipc Active|Stall [A-Za-z ]+)" "$f" | sed -E 's/ +/ /g' | head -14
+    done | tee "$OUT/ncu-fa-summary.txt"
+    # the cache write inside decoding (llama-bench tg, batch 1): every SET_ROWS kernel's duration
+    for kv in q8_0 turbo4 turbo3; do
+        $NCU -k regex:set_rows --launch-skip 120 --launch-count 40 --metrics gpu__time_duration.sum \
+            $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk $kv -ctv $kv -p 0 -n 8 -r 1 > "$OUT/ncu-setrows-$kv-$tag.txt" 2>&1 || echo "FAILED ncu set_rows $kv"
+        printf '%-8s SET_ROWS at batch 1: mean %s ns over %s kernels\n' $kv \
+            "$(grep -E 'gpu__time_duration.sum' "$OUT/ncu-setrows-$kv-$tag.txt" | awk '{s += $NF; n++} END {if (n) printf "%.0f", s/n}')" \
+            "$(grep -c 'gpu__time_duration.sum' "$OUT/ncu-setrows-$kv-$tag.txt")"
+    done | tee "$OUT/ncu-setrows-$tag.txt.summary"
     ;;
 batched)
     M=$2; tag=$(basename "$M" .gguf)

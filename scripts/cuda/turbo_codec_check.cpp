@@ -1,6 +1,6 @@
 // tqgguf: the CUDA turbo codec against the CPU codec, on the GPU machine.
 //
-//   turbo_codec_check [n_blocks]     (default 1048576)
+//   turbo_codec_check [n_blocks ...]  (default 1048576 1000 64 7)
 //
 // For turbo4/turbo3/turbo2: n_blocks Gaussian blocks of 64 values (row scales log-normal,
 // every 97th block with one large outlier, plus zero, constant, tiny and huge blocks) are
@@ -140,21 +140,27 @@ static int check_type(ggml_backend_t cuda, ggml_type type, int64_t n_blocks) {
 }
 
 int main(int argc, char ** argv) {
-    const int64_t n_blocks = argc > 1 ? std::atoll(argv[1]) : 1048576;
+    // sizes: a large write (one warp per block on CUDA) and small ones (a CTA per block: the
+    // decoding path of set-rows; ggml-cuda/turbo.cuh switches at 8 blocks per multiprocessor)
+    std::vector<int64_t> sizes;
+    for (int i = 1; i < argc; ++i) { sizes.push_back(std::atoll(argv[i])); }
+    if (sizes.empty()) { sizes = { 1048576, 1000, 64, 7 }; }
     ggml_backend_t cuda = ggml_backend_cuda_init(0);
     if (!cuda) {
         fprintf(stderr, "no CUDA device\n");
         return 2;
     }
     int bad = 0;
-    for (const char * name : { "turbo4", "turbo3", "turbo2" }) {
-        ggml_type type = GGML_TYPE_COUNT;
-        for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
-            const char * tn = ggml_type_name((ggml_type) t);
-            if (tn && std::strcmp(tn, name) == 0) { type = (ggml_type) t; }
+    for (const int64_t n_blocks : sizes) {
+        for (const char * name : { "turbo4", "turbo3", "turbo2" }) {
+            ggml_type type = GGML_TYPE_COUNT;
+            for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+                const char * tn = ggml_type_name((ggml_type) t);
+                if (tn && std::strcmp(tn, name) == 0) { type = (ggml_type) t; }
+            }
+            if (type == GGML_TYPE_COUNT) { fprintf(stderr, "type %s not in this ggml\n", name); return 2; }
+            bad |= check_type(cuda, type, n_blocks);
         }
-        if (type == GGML_TYPE_COUNT) { fprintf(stderr, "type %s not in this ggml\n", name); return 2; }
-        bad |= check_type(cuda, type, n_blocks);
     }
     ggml_backend_free(cuda);
     printf(bad ? "MISMATCH\n" : "CUDA codec == CPU codec (bytes and floats)\n");

@@ -7,7 +7,7 @@
 // What lives here, and which upstream entry point uses it:
 //   dequantize_turbo{4,3,2}_0        dequantize_kernel_t: GET_ROWS, CPY turbo->f32, to_fp16/to_fp32
 //                                    (prefill converts K/V to f16 for the tensor-core FA kernels)
-//   quantize_f32_turbo_block_warp    SET_ROWS (the cache write; one warp per block)
+//   quantize_f32_turbo_block_warps   SET_ROWS (the cache write; one or four warps per block)
 //   quantize_f32_turbo{4,3,2}_0_block CPY f32->turbo (K-shift; one thread per block, same bytes)
 //   vec_dot_fattn_vec_KQ_turbo       FA vector kernel, K.Q with a turbo K (int8 codebook, dp4a on q8_1 Q)
 //   dequantize_V_turbo               FA vector kernel, V rows of a turbo V (fp16 codebook in registers)
@@ -264,11 +264,15 @@ static __device__ void quantize_f32_turbo2_0_block(const float * __restrict__ x,
     quantize_f32_turbo_block<GGML_TYPE_TURBO2_0>(x, y);
 }
 
-// The same encoder with one warp per block, for SET_ROWS (the cache write of every token):
-// lane 8g + l holds column l (elements l, l+8, ..., l+56) and scores candidate 4p + g in
-// pass p; the canonical sum's tree runs across the 8 lanes of a group with shuffles (IEEE
-// addition is commutative, so both lanes of a pair get the same sum). The first of equal
-// best scores wins, as in the CPU's sequential loop. Bit-exact with the one-thread encoder.
+// The same encoder with nwarps (1 or 4) warps per block, for SET_ROWS (the cache write of
+// every token): in each warp, lane 8g + l holds column l (elements l, l+8, ..., l+56) and
+// scores candidate 4(p*nwarps + w) + g in pass p (w: the warp); the canonical sum's tree runs
+// across the 8 lanes of a group with shuffles (IEEE addition is commutative, so both lanes of
+// a pair get the same sum). The best is the highest score, the smallest candidate among
+// equal ones (the CPU's sequential loop keeps the first strictly greater), so the order in
+// which groups and warps are compared does not matter. Bit-exact with the one-thread encoder.
+// One warp runs the 16 candidates in 4 dependent passes; four warps run one pass each and
+// meet in shared memory -- the latency that matters when a decoding step writes a few blocks.
 
 // canonical total of acc[l] held by lanes 8g + l; every lane of the group gets it
 static __device__ __forceinline__ float ggml_cuda_turbo_tree_lanes(const float v) {
@@ -277,9 +281,19 @@ static __device__ __forceinline__ float ggml_cuda_turbo_tree_lanes(const float v
     return ggml_cuda_turbo_add(b, __shfl_xor_sync(0xFFFFFFFF, b, 1, WARP_SIZE));
 }
 
-template <ggml_type type>
-static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
+// candidate (score, dot, den, k) o replaces best when it scores higher, or equal with a smaller k
+// (k < 0: no candidate; a NaN score never wins, as in the CPU's loop)
+static __device__ __forceinline__ bool ggml_cuda_turbo_better(const float o_score, const int o_k, const float score, const int k) {
+    return ggml_cuda_turbo_gt(o_score, score) || (o_score == score && o_k >= 0 && (k < 0 || o_k < k));
+}
+
+template <ggml_type type, int nwarps>
+static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
+    static_assert(nwarps == 1 || nwarps == 4, "1 or 4 warps per block");
+    constexpr int passes = GGML_TURBO_SEARCH_STEPS/(4*nwarps);
+    static_assert(passes*4*nwarps == GGML_TURBO_SEARCH_STEPS, "candidates per pass");
     const int lane = threadIdx.x % WARP_SIZE;
+    const int w    = nwarps == 1 ? 0 : threadIdx.x / WARP_SIZE;
     const int l    = lane % 8;
     const int g    = lane / 8;
 
@@ -293,15 +307,15 @@ static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ 
     for (int r = 0; r < 8; ++r) {
         acc = ggml_cuda_turbo_add(acc, ggml_cuda_turbo_mul(xc[r], xc[r]));
     }
-    const float n   = ggml_cuda_turbo_sqrt(ggml_cuda_turbo_tree_lanes(acc));
+    const float n   = ggml_cuda_turbo_sqrt(ggml_cuda_turbo_tree_lanes(acc));  // the same in every warp
     const float inv = n == 0.0f ? 0.0f : ggml_cuda_turbo_div(1.0f, n);
 
     float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
     int   best_k     = -1;
     if (n != 0.0f) {
 #pragma unroll
-        for (int p = 0; p < GGML_TURBO_SEARCH_STEPS/4; ++p) {
-            const int   k = 4*p + g;
+        for (int p = 0; p < passes; ++p) {
+            const int   k = 4*(p*nwarps + w) + g;
             const float s = ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[k]);
             float acc_dot = 0.0f, acc_den = 0.0f;
 #pragma unroll
@@ -313,21 +327,37 @@ static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ 
             const float dot   = ggml_cuda_turbo_tree_lanes(acc_dot);
             const float den   = ggml_cuda_turbo_tree_lanes(acc_den);
             const float score = ggml_cuda_turbo_div(ggml_cuda_turbo_mul(dot, dot), den);
-            if (ggml_cuda_turbo_gt(score, best_score)) {
+            if (ggml_cuda_turbo_better(score, k, best_score, best_k)) {
                 best_score = score; best_dot = dot; best_den = den; best_k = k;
             }
         }
-        // groups g = 0..3 -> the best over all 16 candidates: higher score, or equal score and smaller k
+        // groups g = 0..3 -> the warp's best
 #pragma unroll
         for (int off = 8; off < WARP_SIZE; off <<= 1) {
             const float o_score = __shfl_xor_sync(0xFFFFFFFF, best_score, off, WARP_SIZE);
             const float o_dot   = __shfl_xor_sync(0xFFFFFFFF, best_dot,   off, WARP_SIZE);
             const float o_den   = __shfl_xor_sync(0xFFFFFFFF, best_den,   off, WARP_SIZE);
             const int   o_k     = __shfl_xor_sync(0xFFFFFFFF, best_k,     off, WARP_SIZE);
-            const bool take = ggml_cuda_turbo_gt(o_score, best_score) ||
-                              (o_score == best_score && o_k >= 0 && (best_k < 0 || o_k < best_k));
-            if (take) {
+            if (ggml_cuda_turbo_better(o_score, o_k, best_score, best_k)) {
                 best_score = o_score; best_dot = o_dot; best_den = o_den; best_k = o_k;
+            }
+        }
+    }
+    if constexpr (nwarps > 1) {
+        // warps -> warp 0, which writes the block
+        __shared__ float sh_score[nwarps], sh_dot[nwarps], sh_den[nwarps];
+        __shared__ int   sh_k[nwarps];
+        if (lane == 0) {
+            sh_score[w] = best_score; sh_dot[w] = best_dot; sh_den[w] = best_den; sh_k[w] = best_k;
+        }
+        __syncthreads();
+        if (w != 0) {
+            return;
+        }
+#pragma unroll
+        for (int o = 1; o < nwarps; ++o) {
+            if (ggml_cuda_turbo_better(sh_score[o], sh_k[o], best_score, best_k)) {
+                best_score = sh_score[o]; best_dot = sh_dot[o]; best_den = sh_den[o]; best_k = sh_k[o];
             }
         }
     }
@@ -348,14 +378,14 @@ static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ 
         y->qs[lane] = (uint8_t) (index(x[lane]) | (index(x[lane + 32]) << 4));
     } else if constexpr (type == GGML_TYPE_TURBO3_0) {
         if (lane < 8) {
-            uint32_t w = 0;
+            uint32_t wd = 0;
 #pragma unroll
             for (int r = 0; r < 8; ++r) {
-                w |= (uint32_t) index(xc[r]) << (3*r);
+                wd |= (uint32_t) index(xc[r]) << (3*r);
             }
-            y->qs[l]      = (uint8_t) (w & 0xFF);
-            y->qs[l + 8]  = (uint8_t) ((w >> 8) & 0xFF);
-            y->qs[l + 16] = (uint8_t) (w >> 16);
+            y->qs[l]      = (uint8_t) (wd & 0xFF);
+            y->qs[l + 8]  = (uint8_t) ((wd >> 8) & 0xFF);
+            y->qs[l + 16] = (uint8_t) (wd >> 16);
         }
     } else {
         if (lane < 16) {
@@ -364,17 +394,18 @@ static __device__ void quantize_f32_turbo_block_warp(const float * __restrict__ 
     }
 }
 
-// SET_ROWS f32 -> turbo, one warp per 64-value block; the index arithmetic is set-rows.cu's
-template <typename idx_t, ggml_type type>
+// SET_ROWS f32 -> turbo, nwarps warps per 64-value block (blocks per CTA: 4/nwarps); the
+// index arithmetic is set-rows.cu's
+template <typename idx_t, ggml_type type, int nwarps>
 static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const idx_t * __restrict__ src1,
         char * __restrict__ dst, const int64_t ne_total,
         const int64_t s01, const int64_t s02, const int64_t s03, const int64_t s10, const int64_t s11, const int64_t s12,
         const int64_t s1, const int64_t s2, const int64_t s3,
         const uint3 ne00, const uint3 ne01, const uint3 ne02, const uint3 ne11_fd, const uint3 ne12_fd) {
     typedef typename ggml_cuda_turbo_traits<type>::block block;
-    const int64_t i = (int64_t(blockDim.x) * blockIdx.x + threadIdx.x) / WARP_SIZE;  // block of 64 values
+    const int64_t i = (int64_t(blockDim.x) * blockIdx.x + threadIdx.x) / (nwarps*WARP_SIZE);  // block of 64 values
     if (i >= ne_total) {
-        return;  // whole warps only: blockDim.x is a multiple of WARP_SIZE
+        return;  // whole warps (nwarps = 1; with 4 the grid is exact, as __syncthreads needs)
     }
     uint32_t tmp = (uint32_t) (i * QK_TURBO);
     uint2 dm  = fast_div_modulo(tmp, ne00);
@@ -393,7 +424,7 @@ static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const i
     const int64_t dst_row = src1[i01*s10 + i11*s11 + i12*s12];
     const float * src_block = src0 + i01*s01 + i02*s02 + i03*s03 + i00;
     block * dst_block = (block *) (dst + dst_row*s1 + i02*s2 + i03*s3) + i00 / QK_TURBO;
-    quantize_f32_turbo_block_warp<type>(src_block, dst_block);
+    quantize_f32_turbo_block_warps<type, nwarps>(src_block, dst_block);
 }
 
 // Host side of SET_ROWS into a turbo tensor (called from set-rows.cu). Strides in bytes as
@@ -406,8 +437,11 @@ static void ggml_cuda_turbo_set_rows(const ggml_tensor * src0, const ggml_tensor
     if (ne_total == 0) {
         return;
     }
+    // a CTA of 4 warps; one block per warp when the write fills the GPU (prefill), one block
+    // per CTA (the 16 candidates in one pass) when it does not (decoding: a few blocks per token)
     constexpr int warps_per_cta = 4;
-    const int64_t n_cta = (ne_total + warps_per_cta - 1) / warps_per_cta;
+    const bool spread = ne_total <= 8*ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+    const int64_t n_cta = spread ? ne_total : (ne_total + warps_per_cta - 1) / warps_per_cta;
     GGML_ASSERT(n_cta <= INT_MAX);
     const uint3 ne00_fd = init_fastdiv_values((uint32_t) ne00);
     const uint3 ne01_fd = init_fastdiv_values((uint32_t) ne01);
@@ -419,7 +453,8 @@ static void ggml_cuda_turbo_set_rows(const ggml_tensor * src0, const ggml_tensor
     const int64_t s01 = nb01/sizeof(float), s02 = nb02/sizeof(float), s03 = nb03/sizeof(float);
     const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
 #define TURBO_SET_ROWS_LAUNCH(T) \
-    k_set_rows_turbo<idx_t, T><<<(int) n_cta, warps_per_cta*WARP_SIZE, 0, stream>>>(src0_d, src1_d, (char *) dst->data, ne_total, \
+    (spread ? k_set_rows_turbo<idx_t, T, warps_per_cta> : k_set_rows_turbo<idx_t, T, 1>) \
+        <<<(int) n_cta, warps_per_cta*WARP_SIZE, 0, stream>>>(src0_d, src1_d, (char *) dst->data, ne_total, \
         s01, s02, s03, s10, s11, s12, nb1, nb2, nb3, ne00_fd, ne01_fd, ne02_fd, ne11_fd, ne12_fd)
     switch (dst->type) {
         case GGML_TYPE_TURBO4_0: TURBO_SET_ROWS_LAUNCH(GGML_TYPE_TURBO4_0); break;
