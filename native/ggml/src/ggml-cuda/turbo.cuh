@@ -476,9 +476,9 @@ static __device__ void cpy_blck_f32_turbo(const char * cxi, char * cdsti) {
 // flash attention, vector kernel (fattn-vec.cuh)
 //
 // A turbo K takes the kernel's quantized-K path and a turbo V its quantized-V path, with
-// ggml_cuda_turbo_fa_nthreads (8) threads per row on either side (the one change to the
-// kernel, patch 0008): each thread works on 4 consecutive elements at a time (one int of
-// q8_1 Q for K.Q; V_rows_per_thread = 4 for V), 4t + 32i for i = 0, 1, ... The 4 indices
+// fewer threads per row than upstream gives a quantized side (ggml_cuda_turbo_fa_nthreads_KQ,
+// _V: the one change to the kernel, patch 0008): each thread works on 4 consecutive elements
+// at a time (one int of q8_1 Q for K.Q; V_rows_per_thread = 4 for V). The 4 indices
 // are packed into the 4 nibbles of a __byte_perm selector, and the centroids are looked up
 // in registers: PRMT picks a byte of two 32-bit words with the low 3 bits of each selector
 // nibble, so 8 levels take one PRMT, 16 levels three (two halves of the table, then a pick
@@ -494,13 +494,17 @@ static __device__ void cpy_blck_f32_turbo(const char * cxi, char * cdsti) {
 // No shared memory, no table fill, no barrier: the tables are compile-time constants.
 
 // Threads per K row (K.Q) and per V row in the vector kernel when that side is turbo
-// (fattn-vec.cuh; upstream gives a quantized side D/4 threads, at most a warp). With 8, the
-// Q ints of thread t are elements 4t + 32i .. +3, i = 0, 1, ...: ints 2m and 2m + 1 are
-// elements 4t.. and 4t + 32.. of block m, whose turbo4 (and turbo2) indices sit in the same
-// four bytes of qs, so one load serves 8 values; the row's partial sums reduce over 8 lanes
-// (3 shuffles, not 5), and the per-row work of the kernel (mask, running max, the V row's
-// softmax weight) is shared by 16 values per thread instead of 4.
-static constexpr int ggml_cuda_turbo_fa_nthreads = 8;
+// (fattn-vec.cuh; upstream gives a quantized side D/4 threads, at most a warp, on NVIDIA).
+// A thread takes 4 consecutive elements at a time, 4(n*i + t) .. +3 for n threads per row
+// (t: its lane in the row): with n <= 8 its elements o.. and o + 32.. (o < 32) sit in the
+// same four bytes of a turbo4 (or turbo2) block's qs, so one load serves 8 values; a row's
+// partial sums reduce over n lanes (log2 n shuffles, not 5), and the per-row work of the
+// kernel (mask, running max, the V row's softmax weight) is shared by D/n values, not 4.
+// K uses 4 threads and V 8: the hd128 turbo4/turbo4 decode loop then has 2208 SASS
+// instructions (K: 2 -> 2161, 8 -> 2312; V: 4 -> 2241), against 3276 with upstream's 32 and
+// 2277 for upstream's q8_0/q8_0 (session 6, nvcc 12.9, sm_90, static count).
+static constexpr int ggml_cuda_turbo_fa_nthreads_KQ = 4;
+static constexpr int ggml_cuda_turbo_fa_nthreads_V  = 8;
 
 // byte lanes of v hold 4 indices (< 16) -> the same indices as the 4 nibbles of a PRMT selector
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_nibsel(const uint32_t v) {
@@ -658,17 +662,26 @@ static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
     constexpr int n_int = D/sizeof(int)/nthreads;  // Q ints per thread
     float sum = 0.0f;
 
-    if constexpr (nthreads == QK_TURBO/8 && type_K != GGML_TYPE_TURBO3_0) {
-        // ints 2m and 2m + 1 are elements 4t.. and 4t + 32.. of block m: one load (ggml_cuda_turbo_fa_nthreads)
-        static_assert(n_int % 2 == 0, "pairs of ints");
+    if constexpr (nthreads <= QK_TURBO/8 && type_K != GGML_TYPE_TURBO3_0) {
+        // a thread's ints q and q + per_block/2 of block m are elements o.. and o + 32.. with
+        // o = 4(nthreads*q + t) < 32: one load (ggml_cuda_turbo_fa_nthreads_KQ)
+        constexpr int per_block = QK_TURBO/4/nthreads;  // a thread's ints in one block
+        static_assert(n_int % per_block == 0, "whole blocks");
 #pragma unroll
-        for (int m = 0; m < n_int/2; ++m) {
+        for (int m = 0; m < n_int/per_block; ++m) {
             const typename tt::block * b = K + m;
-            uint32_t sel_a, sel_b;
-            ggml_cuda_turbo_sel4_pair<type_K>(b, 4*t, sel_a, sel_b);
-            const int sa = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_a), Q_q8[2*m + 0], 0);
-            const int sb = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_b), Q_q8[2*m + 1], 0);
-            sum += __half2float(b->d) * (Q_ds[2*m + 0].x * (float) sa + Q_ds[2*m + 1].x * (float) sb);
+            float sum_b = 0.0f;
+#pragma unroll
+            for (int q = 0; q < per_block/2; ++q) {
+                const int ia = m*per_block + q;
+                const int ib = ia + per_block/2;
+                uint32_t sel_a, sel_b;
+                ggml_cuda_turbo_sel4_pair<type_K>(b, 4*(nthreads*q + t), sel_a, sel_b);
+                const int sa = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_a), Q_q8[ia], 0);
+                const int sb = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_b), Q_q8[ib], 0);
+                sum_b += Q_ds[ia].x * (float) sa + Q_ds[ib].x * (float) sb;
+            }
+            sum += __half2float(b->d) * sum_b;
         }
     } else {
 #pragma unroll
