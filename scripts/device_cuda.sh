@@ -13,8 +13,8 @@
 #   scripts/device_cuda.sh kshift MODEL.gguf  context shift with turbo4/q8_0/turbo3 K, CUDA vs CPU (KLD to f16)
 #   scripts/device_cuda.sh fa              FA decode micro-benchmark: µs and GB/s per K/V pair,
 #                                          beside the card's copy bandwidth (same run)
-#   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair
-#   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences
+#   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair (KVS)
+#   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences (RUNS: kv:npl ...)
 #   scripts/device_cuda.sh profile MODEL.gguf  Nsight Compute: the FA decode kernel per K/V pair (speed of light,
 #                                          occupancy, warp stalls) and the cache write (SET_ROWS) at batch 1
 # ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder); ppl runs
@@ -136,7 +136,7 @@ fa)
 bench)
     M=$2; tag=$(basename "$M" .gguf)
     # one llama-bench per K/V pair (comma lists would expand to every K x V combination)
-    for kv in f16/f16 q8_0/q8_0 q4_0/q4_0 q8_0/turbo4 turbo4/f16 turbo4/turbo4 turbo3/turbo3; do
+    for kv in ${KVS:-f16/f16 q8_0/q8_0 q4_0/q4_0 q8_0/turbo4 turbo4/f16 turbo4/turbo4 turbo3/turbo3}; do
         $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" -p 512 -n 128 -d 0,8192,32768 -r 3 -o md \
             2>> "$OUT/bench-$tag.err" | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $kv"
     done | tee "$OUT/bench-$tag.md"
@@ -145,7 +145,7 @@ profile)
     M=$2; tag=$(basename "$M" .gguf)
     # ncu reads the hardware counters on this machine's runtime with the clocks left alone
     NCU="ncu --clock-control none"
-    for kv in f16/f16 q8_0/q8_0 turbo4/turbo4 q8_0/turbo4 turbo4/f16 turbo3/turbo3; do
+    for kv in ${KVS:-f16/f16 q8_0/q8_0 turbo4/turbo4 q8_0/turbo4 turbo4/f16 turbo3/turbo3}; do
         f="$OUT/ncu-fa-${kv/\//-}.txt"
         $NCU -k regex:flash_attn_ext_vec --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy \
             --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
@@ -166,8 +166,8 @@ profile)
 batched)
     M=$2; tag=$(basename "$M" .gguf)
     # 64 or 240 sequences of 4096 + 128 tokens, each in its own KV stream (batched-bench default)
-    for run in f16/f16:64 q8_0/q8_0:64 turbo4/turbo4:64 q8_0/turbo4:64 turbo3/turbo3:64 \
-               f16/f16:240 q8_0/q8_0:240 turbo4/turbo4:240; do
+    for run in ${RUNS:-f16/f16:64 q8_0/q8_0:64 turbo4/turbo4:64 q8_0/turbo4:64 turbo3/turbo3:64 \
+               f16/f16:240 q8_0/q8_0:240 turbo4/turbo4:240}; do
         kv=${run%:*}; npl=${run#*:}
         {
             f="$OUT/batched-$tag-${kv/\//-}-$npl.txt"
