@@ -54,7 +54,7 @@ export NGL=${NGL:-99}
 
 {
     echo "== $(date -u +%FT%TZ) tqgguf serve throughput; BIN $BIN; model $MODEL"
-    "$PY" -c 'import fastapi, uvicorn, pydantic, gguf, diskcache, httpx, click, rich, numpy, llama_cpp; print("imports ok; llama_cpp", llama_cpp.__file__)'
+    "$PY" -c 'import fastapi, uvicorn, pydantic, gguf, diskcache, aiohttp, httpx, click, rich, numpy, llama_cpp; print("imports ok; llama_cpp", llama_cpp.__file__)'
     "$PY" -m tqgguf info 2>&1 | sed -n '1,5p'
     if [[ $backend == cuda ]] && ! "$PY" -m tqgguf info 2>&1 | grep -q '^backends.*CUDA'; then
         echo "error: the engine does not register the CUDA backend"; exit 1

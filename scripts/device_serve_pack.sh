@@ -6,7 +6,8 @@
 #               pydantic + pydantic_core, annotated_types, typing_inspection, annotated_doc,
 #               opentelemetry-api (fastapi imports it),
 #               typing_extensions, gguf, diskcache), at the versions this environment runs,
-#               for CPython PYVER (default 3.12, the device's python3) on manylinux x86_64
+#               for CPython PYVER (default 3.12, the device's python3) on manylinux x86_64;
+#               the image has the rest (aiohttp, httpx, click, rich, numpy, jinja2, ...: KINDS.md)
 #   llama_cpp/  the pure-Python part of the installed engine package (no lib/: the device step
 #               links the stage build's CUDA libraries in)
 #   old/tqgguf/ the last tqgguf before the in-process server was removed (the parent of the

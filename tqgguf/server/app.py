@@ -25,7 +25,7 @@ import math
 import time
 from typing import Any, AsyncIterator
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -169,13 +169,14 @@ def create_app(manager: Manager) -> FastAPI:
         if r.client is None:
             raise ChildGone(_gone_message(r))
         try:
-            resp = await r.client.post(path, json=payload)
-        except httpx.TransportError:
+            async with r.client.post(path, json=payload) as resp:
+                status, data = resp.status, await resp.read()
+        except aiohttp.ClientError:
             raise ChildGone(_gone_message(r)) from None
         try:
-            return resp.status_code, resp.json()
+            return status, json.loads(data)
         except ValueError:
-            return resp.status_code, {"error": {"message": resp.text[:500]}}
+            return status, {"error": {"message": data.decode("utf-8", errors="replace")[:500]}}
 
     async def call_ok(r: Runner, path: str, payload: Any) -> Any:
         status, data = await call(r, path, payload)
@@ -183,19 +184,24 @@ def create_app(manager: Manager) -> FastAPI:
             raise RequestError(status, _upstream_message(json.dumps(data).encode()))
         return data
 
-    async def open_stream(r: Runner, path: str, content: bytes | None = None, payload: Any = None) -> httpx.Response:
+    async def open_stream(r: Runner, path: str, content: bytes | None = None,
+                          payload: Any = None) -> aiohttp.ClientResponse:
+        """POST and return the response once its headers are in; the caller reads the body
+        (``resp.content``) and closes it (``resp.close()``, which also ends the generation)."""
         if r.client is None:
             raise ChildGone(_gone_message(r))
-        req = r.client.build_request("POST", path, content=content, json=payload,
-                                     headers={"content-type": "application/json"})
         try:
-            resp = await r.client.send(req, stream=True)
-        except httpx.TransportError:
+            resp = await r.client.post(path, data=content if content is not None else json.dumps(payload),
+                                       headers={"content-type": "application/json"})
+        except aiohttp.ClientError:
             raise ChildGone(_gone_message(r)) from None
-        if resp.status_code != 200:
-            data = await resp.aread()
-            await resp.aclose()
-            raise RequestError(resp.status_code, _upstream_message(data))
+        if resp.status != 200:
+            try:
+                data = await resp.read()
+            except aiohttp.ClientError:
+                data = b""
+            resp.close()
+            raise RequestError(resp.status, _upstream_message(data))
         return resp
 
     # -- OpenAI: passed through ----------------------------------------------------------------
@@ -217,13 +223,13 @@ def create_app(manager: Manager) -> FastAPI:
 
                 async def relay(stream_stack: contextlib.AsyncExitStack) -> AsyncIterator[bytes]:
                     try:
-                        async for chunk in resp.aiter_raw():
+                        async for chunk in resp.content.iter_any():
                             yield chunk
-                    except httpx.TransportError:
+                    except aiohttp.ClientError:
                         err = {"error": {"message": _gone_message(r), "type": "server_error", "code": 502}}
                         yield f"data: {json.dumps(err)}\n\n".encode()
                     finally:
-                        await resp.aclose()
+                        resp.close()
                         await stream_stack.aclose()
 
                 # the stream now holds the model; it releases it when it ends
@@ -233,11 +239,11 @@ def create_app(manager: Manager) -> FastAPI:
             if r.client is None:
                 raise ChildGone(_gone_message(r))
             try:
-                resp = await r.client.post(path, content=raw, headers={"content-type": "application/json"})
-            except httpx.TransportError:
+                async with r.client.post(path, data=raw, headers={"content-type": "application/json"}) as resp:
+                    return Response(await resp.read(), status_code=resp.status,
+                                    media_type=resp.headers.get("content-type", "application/json"))
+            except aiohttp.ClientError:
                 raise ChildGone(_gone_message(r)) from None
-            return Response(resp.content, status_code=resp.status_code,
-                            media_type=resp.headers.get("content-type", "application/json"))
         finally:
             await stack.aclose()
 
@@ -269,9 +275,12 @@ def create_app(manager: Manager) -> FastAPI:
         async with manager.use(model) as (r, _):
             if r.client is None:
                 raise ChildGone(_gone_message(r))
-            resp = await r.client.get("/metrics")
-            return Response(resp.content, status_code=resp.status_code,
-                            media_type=resp.headers.get("content-type", "text/plain"))
+            try:
+                async with r.client.get("/metrics") as resp:
+                    return Response(await resp.read(), status_code=resp.status,
+                                    media_type=resp.headers.get("content-type", "text/plain"))
+            except aiohttp.ClientError:
+                raise ChildGone(_gone_message(r)) from None
 
     # -- health --------------------------------------------------------------------------------
 
@@ -440,8 +449,8 @@ def create_app(manager: Manager) -> FastAPI:
             held, holding = "", bool(tool_names)  # with tools, text that may be a tool call is held back
             try:
                 try:
-                    async for line in resp.aiter_lines():
-                        ev = _sse_data(line)
+                    async for raw_line in resp.content:
+                        ev = _sse_data(raw_line.decode("utf-8", errors="replace"))
                         if ev is None:
                             continue
                         if "error" in ev:
@@ -476,7 +485,7 @@ def create_app(manager: Manager) -> FastAPI:
                                 if lp:
                                     out["logprobs"] = lp
                                 yield (json.dumps(out) + "\n").encode()
-                except httpx.TransportError:
+                except aiohttp.ClientError:
                     yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
                     return
                 if held and not calls:
@@ -497,7 +506,7 @@ def create_app(manager: Manager) -> FastAPI:
                          **ol.timings(tm, time.monotonic() - t0, load_s)}
                 yield (json.dumps(final) + "\n").encode()
             finally:
-                await resp.aclose()
+                resp.close()
                 await stack.aclose()
 
         return StreamingResponse(ndjson(), media_type="application/x-ndjson", headers=headers)
@@ -570,8 +579,8 @@ def create_app(manager: Manager) -> FastAPI:
             gen: list[int] = []
             try:
                 try:
-                    async for line in resp.aiter_lines():
-                        ev = _sse_data(line)
+                    async for raw_line in resp.content:
+                        ev = _sse_data(raw_line.decode("utf-8", errors="replace"))
                         if ev is None:
                             continue
                         if "error" in ev:
@@ -589,10 +598,10 @@ def create_app(manager: Manager) -> FastAPI:
                         if (lp := ol.logprobs_from_native(ev.get("completion_probabilities"))) is not None:
                             out["logprobs"] = lp
                         yield (json.dumps(out) + "\n").encode()
-                except httpx.TransportError:
+                except aiohttp.ClientError:
                     yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
             finally:
-                await resp.aclose()
+                resp.close()
                 await stack.aclose()
 
         return StreamingResponse(ndjson(), media_type="application/x-ndjson", headers=headers)
