@@ -35,7 +35,11 @@ ls "$KIT"/wheels/*.whl > /dev/null
 
 rm -rf "$W" && mkdir -p "$W/logs"
 SITE=$W/site
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$KIT"/wheels/*.whl
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$KIT"/wheels/*.whl || {
+    # no pip there: a wheel is a zip of the files to put on the path
+    echo "pip install failed; unpacking the wheels instead"
+    "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$SITE" "$KIT"/wheels/*.whl
+}
 cp -r "$KIT/llama_cpp" "$SITE/llama_cpp"
 mkdir -p "$SITE/llama_cpp/lib"
 ln -s "$BIN"/lib*.so* "$SITE/llama_cpp/lib/"
