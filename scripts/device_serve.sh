@@ -59,8 +59,9 @@ export NGL=${NGL:-99}
 {
     echo "== $(date -u +%FT%TZ) tqgguf serve throughput; BIN $BIN; model $MODEL"
     "$PY" -c 'import fastapi, uvicorn, pydantic, gguf, diskcache, aiohttp, httpx, click, rich, numpy, llama_cpp; print("imports ok; llama_cpp", llama_cpp.__file__)'
-    "$PY" -m tqgguf info 2>&1 | sed -n '1,5p'
-    if [[ $backend == cuda ]] && ! "$PY" -m tqgguf info 2>&1 | grep -q '^backends.*CUDA'; then
+    info=$("$PY" -m tqgguf info 2>&1) || { echo "$info"; echo "error: tqgguf info failed"; exit 1; }
+    sed -n '1,5p' <<< "$info"
+    if [[ $backend == cuda ]] && ! grep -q '^backends.*CUDA' <<< "$info"; then
         echo "error: the engine does not register the CUDA backend"; exit 1
     fi
     old=()
