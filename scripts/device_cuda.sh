@@ -17,6 +17,10 @@
 #   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences (RUNS: kv:npl ...)
 #   scripts/device_cuda.sh profile MODEL.gguf  Nsight Compute: the FA decode kernel per K/V pair (speed of light,
 #                                          occupancy, warp stalls) and the cache write (SET_ROWS) at batch 1
+#   scripts/device_cuda.sh serve [MODEL.gguf]  after stage+parts, with .device/serve carried (scripts/device_serve_pack.sh):
+#                                          issue 13's throughput (llama-server vs tqgguf serve vs the old server,
+#                                          -np 32, 32 clients x 128 tokens, turbo4/turbo4, -ngl 99) and issue 12's
+#                                          tqgguf bench vs llama-bench (scripts/device_serve.sh); default SmolLM2
 # ppl/gen/bench take LLAMA_K_CENTER from the environment (e.g. full for Qwen2.5-Coder); ppl runs
 # -ngl 99 and 0 (CPU) unless NGLS says otherwise, for the K/V pairs in KVS (default: 8 pairs).
 set -euo pipefail
@@ -177,6 +181,10 @@ batched)
         }
     done | tee "$OUT/batched-$tag.txt"
     ;;
+serve)
+    M=${2:-$W/parts/SmolLM2-135M-Instruct.Q4_1.gguf}
+    OUT=$OUT bash scripts/device_serve.sh "$BIN" "$M"
+    ;;
 *)
-    sed -n 2,20p "$0"; exit 2 ;;
+    sed -n 2,28p "$0"; exit 2 ;;
 esac

@@ -386,6 +386,71 @@ def test_client_disconnect_mid_stream_frees_its_slot(srv):
     assert srv.processing() == 0  # stopped long before 400 tokens
 
 
+def test_ollama_stream_client_gone_before_the_first_byte_frees_its_slot(srv):
+    # the request goes out and the socket closes at once: the answer's first send fails, so
+    # its body iterator never starts; the model must still be released and the generation stopped
+    body = json.dumps({"model": ALIAS, "prompt": "Once upon a time", "raw": True, "stream": True,
+                       "options": {"num_predict": 400, "temperature": 0}}).encode()
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    def active() -> int:
+        return sum(r["active_requests"] for r in srv.health()[1]["runners"] if r["name"] == ALIAS)
+    deadline = time.monotonic() + 20
+    while (active() or srv.processing()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (active(), srv.processing()) == (0, 0)
+
+
+def test_stream_cleanup_runs_when_the_first_send_fails():
+    # an ASGI 2.4 server raises on the first send to a client that has gone: the body
+    # iterator then never starts, and only the response itself can release the model
+    import asyncio
+
+    from tqgguf.server.app import _Stream
+
+    events: list[str] = []
+
+    async def body():
+        try:
+            events.append("started")
+            yield b"x"
+        finally:
+            events.append("finally")
+
+    async def cleanup():
+        events.append("cleanup")
+
+    async def send(message):
+        raise OSError("the client has gone")
+
+    async def receive():
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(Exception):
+        asyncio.run(_Stream(body(), cleanup)({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send))
+    assert events == ["cleanup"], events
+
+
+def test_think_splitter_streams_what_the_whole_text_splits_into():
+    from tqgguf.server.ollama import ThinkSplitter, split_thinking
+
+    cases = {("<think>a b</think>\n\nThe answer", ""): ("a b", "The answer"),
+             ("  <think>\nx</think>y", ""): ("x", "y"),
+             ("plain <think>answer</think>", ""): ("", "plain <think>answer</think>"),
+             ("<thi", ""): ("", "<thi"),
+             ("<think>never closed", ""): ("never closed", ""),
+             ("inside</think> after", "<|user|>hi<|assistant|><think>\n"): ("inside", "after")}
+    for (text, prompt), want in cases.items():
+        assert split_thinking(text, prompt) == want, text
+        for i in range(len(text) + 1):  # every cut into three pieces, as a stream may deliver them
+            for j in range(i, len(text) + 1):
+                sp = ThinkSplitter(prompt)
+                outs = [sp.feed(text[:i]), sp.feed(text[i:j]), sp.feed(text[j:]), sp.finish()]
+                got = ("".join(o[0] for o in outs).strip(), "".join(o[1] for o in outs))
+                assert got == want, (text, i, j, got)
+
+
 # -- the child dies (last: it restarts the module's llama-server) ---------------------------------
 
 

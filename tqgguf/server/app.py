@@ -25,7 +25,7 @@ import math
 import time
 from typing import Any, AsyncIterator
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -101,6 +101,25 @@ async def _json_body(request: Request) -> Any:
         raise RequestError(400, f"the request body is not valid JSON: {e}") from None
 
 
+class _Stream(StreamingResponse):
+    """A StreamingResponse that runs ``cleanup`` (close the upstream response, which stops
+    llama-server's generation; release the model) however the response ends. When the
+    client left before the first byte, the first send fails before Starlette ever starts
+    the body iterator, so the iterator's own ``finally`` never runs: without this the slot
+    would generate on and the model would stay busy (never unloaded by keep-alive)."""
+
+    def __init__(self, content: AsyncIterator[bytes], cleanup, **kw: Any):
+        super().__init__(content, **kw)
+        self._cleanup = cleanup
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]  # its finally, if it started
+            await self._cleanup()
+
+
 def _sse_data(line: str) -> dict | None:
     if not line.startswith("data:"):
         return None
@@ -169,13 +188,14 @@ def create_app(manager: Manager) -> FastAPI:
         if r.client is None:
             raise ChildGone(_gone_message(r))
         try:
-            resp = await r.client.post(path, json=payload)
-        except httpx.TransportError:
+            async with r.client.post(path, json=payload) as resp:
+                status, data = resp.status, await resp.read()
+        except aiohttp.ClientError:
             raise ChildGone(_gone_message(r)) from None
         try:
-            return resp.status_code, resp.json()
+            return status, json.loads(data)
         except ValueError:
-            return resp.status_code, {"error": {"message": resp.text[:500]}}
+            return status, {"error": {"message": data.decode("utf-8", errors="replace")[:500]}}
 
     async def call_ok(r: Runner, path: str, payload: Any) -> Any:
         status, data = await call(r, path, payload)
@@ -183,19 +203,24 @@ def create_app(manager: Manager) -> FastAPI:
             raise RequestError(status, _upstream_message(json.dumps(data).encode()))
         return data
 
-    async def open_stream(r: Runner, path: str, content: bytes | None = None, payload: Any = None) -> httpx.Response:
+    async def open_stream(r: Runner, path: str, content: bytes | None = None,
+                          payload: Any = None) -> aiohttp.ClientResponse:
+        """POST and return the response once its headers are in; the caller reads the body
+        (``resp.content``) and closes it (``resp.close()``, which also ends the generation)."""
         if r.client is None:
             raise ChildGone(_gone_message(r))
-        req = r.client.build_request("POST", path, content=content, json=payload,
-                                     headers={"content-type": "application/json"})
         try:
-            resp = await r.client.send(req, stream=True)
-        except httpx.TransportError:
+            resp = await r.client.post(path, data=content if content is not None else json.dumps(payload),
+                                       headers={"content-type": "application/json"})
+        except aiohttp.ClientError:
             raise ChildGone(_gone_message(r)) from None
-        if resp.status_code != 200:
-            data = await resp.aread()
-            await resp.aclose()
-            raise RequestError(resp.status_code, _upstream_message(data))
+        if resp.status != 200:
+            try:
+                data = await resp.read()
+            except aiohttp.ClientError:
+                data = b""
+            resp.close()
+            raise RequestError(resp.status, _upstream_message(data))
         return resp
 
     # -- OpenAI: passed through ----------------------------------------------------------------
@@ -215,29 +240,32 @@ def create_app(manager: Manager) -> FastAPI:
                 except RequestError as e:
                     return _openai_error(e.status, e.message)
 
-                async def relay(stream_stack: contextlib.AsyncExitStack) -> AsyncIterator[bytes]:
+                stream_stack = stack.pop_all()  # the stream now holds the model; it releases it when it ends
+
+                async def done() -> None:
+                    resp.close()
+                    await stream_stack.aclose()
+
+                async def relay() -> AsyncIterator[bytes]:
                     try:
-                        async for chunk in resp.aiter_raw():
+                        async for chunk in resp.content.iter_any():
                             yield chunk
-                    except httpx.TransportError:
+                    except aiohttp.ClientError:
                         err = {"error": {"message": _gone_message(r), "type": "server_error", "code": 502}}
                         yield f"data: {json.dumps(err)}\n\n".encode()
                     finally:
-                        await resp.aclose()
-                        await stream_stack.aclose()
+                        await done()
 
-                # the stream now holds the model; it releases it when it ends
-                out = StreamingResponse(relay(stack.pop_all()), status_code=200,
-                                        media_type=resp.headers.get("content-type", "text/event-stream"))
-                return out
+                return _Stream(relay(), done, status_code=200,
+                               media_type=resp.headers.get("content-type", "text/event-stream"))
             if r.client is None:
                 raise ChildGone(_gone_message(r))
             try:
-                resp = await r.client.post(path, content=raw, headers={"content-type": "application/json"})
-            except httpx.TransportError:
+                async with r.client.post(path, data=raw, headers={"content-type": "application/json"}) as resp:
+                    return Response(await resp.read(), status_code=resp.status,
+                                    media_type=resp.headers.get("content-type", "application/json"))
+            except aiohttp.ClientError:
                 raise ChildGone(_gone_message(r)) from None
-            return Response(resp.content, status_code=resp.status_code,
-                            media_type=resp.headers.get("content-type", "application/json"))
         finally:
             await stack.aclose()
 
@@ -269,9 +297,12 @@ def create_app(manager: Manager) -> FastAPI:
         async with manager.use(model) as (r, _):
             if r.client is None:
                 raise ChildGone(_gone_message(r))
-            resp = await r.client.get("/metrics")
-            return Response(resp.content, status_code=resp.status_code,
-                            media_type=resp.headers.get("content-type", "text/plain"))
+            try:
+                async with r.client.get("/metrics") as resp:
+                    return Response(await resp.read(), status_code=resp.status,
+                                    media_type=resp.headers.get("content-type", "text/plain"))
+            except aiohttp.ClientError:
+                raise ChildGone(_gone_message(r)) from None
 
     # -- health --------------------------------------------------------------------------------
 
@@ -363,6 +394,18 @@ def create_app(manager: Manager) -> FastAPI:
                 "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
                 "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.path.stat().st_mtime))}
 
+    async def finish(res: dict, reason: str | None, timings: dict | None, lp: list | None, t0: float,
+                     load_s: float, stack: contextlib.AsyncExitStack, headers: dict, **extra: Any) -> JSONResponse:
+        """The end of a non-streamed Ollama answer: ``done``, ``done_reason`` (Ollama's name for
+        the finish reason), ``extra`` (e.g. context), the timing fields, ``logprobs`` when asked;
+        the model is released (keep-alive applied from now) before the answer goes out."""
+        res.update(done=True, done_reason=ol.done_reason(reason), **extra,
+                   **ol.timings(timings, time.monotonic() - t0, load_s))
+        if lp is not None:
+            res["logprobs"] = lp
+        await stack.aclose()
+        return JSONResponse(res, headers=headers)
+
     async def load_or_unload(name: str, ka: float | None, request_start: float, shape: str) -> dict:
         m = manager.find(name)
         base = {"model": name, "created_at": ol.now_rfc3339(), "done": True}
@@ -422,17 +465,17 @@ def create_app(manager: Manager) -> FastAPI:
                     out_msg["tool_calls"] = ol.tool_calls_from_openai(calls)
                     if not msg.get("tool_calls"):
                         out_msg["content"] = ""
-                res = {"model": name, "created_at": ol.now_rfc3339(), "message": out_msg, "done": True,
-                       "done_reason": ol.done_reason(ch.get("finish_reason")),
-                       **ol.timings(data.get("timings"), time.monotonic() - t0, load_s)}
-                if (lp := ol.logprobs_from_openai(ch.get("logprobs"))) is not None:
-                    res["logprobs"] = lp
-                await stack.aclose()  # the model is free (and keep-alive applied) before the answer goes out
-                return JSONResponse(res, headers=headers)
+                return await finish({"model": name, "created_at": ol.now_rfc3339(), "message": out_msg},
+                                    ch.get("finish_reason"), data.get("timings"),
+                                    ol.logprobs_from_openai(ch.get("logprobs")), t0, load_s, stack, headers)
             resp = await open_stream(r, "/v1/chat/completions", payload=payload)
         except BaseException:
             await stack.aclose()
             raise
+
+        async def done() -> None:
+            resp.close()
+            await stack.aclose()
 
         async def ndjson() -> AsyncIterator[bytes]:
             calls: dict[int, dict] = {}
@@ -440,8 +483,8 @@ def create_app(manager: Manager) -> FastAPI:
             held, holding = "", bool(tool_names)  # with tools, text that may be a tool call is held back
             try:
                 try:
-                    async for line in resp.aiter_lines():
-                        ev = _sse_data(line)
+                    async for raw_line in resp.content:
+                        ev = _sse_data(raw_line.decode("utf-8", errors="replace"))
                         if ev is None:
                             continue
                         if "error" in ev:
@@ -476,7 +519,7 @@ def create_app(manager: Manager) -> FastAPI:
                                 if lp:
                                     out["logprobs"] = lp
                                 yield (json.dumps(out) + "\n").encode()
-                except httpx.TransportError:
+                except aiohttp.ClientError:
                     yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
                     return
                 if held and not calls:
@@ -497,10 +540,9 @@ def create_app(manager: Manager) -> FastAPI:
                          **ol.timings(tm, time.monotonic() - t0, load_s)}
                 yield (json.dumps(final) + "\n").encode()
             finally:
-                await resp.aclose()
-                await stack.aclose()
+                await done()
 
-        return StreamingResponse(ndjson(), media_type="application/x-ndjson", headers=headers)
+        return _Stream(ndjson(), done, media_type="application/x-ndjson", headers=headers)
 
     @app.post("/api/generate")
     async def api_generate(request: Request):
@@ -526,6 +568,9 @@ def create_app(manager: Manager) -> FastAPI:
         sampling, num_ctx = ol.options(body)
         model = manager.find(name)
         think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
+        # /completion gives the raw text, tags included: split it here (llama-server parses
+        # reasoning on its chat endpoint only)
+        splits = think.get("reasoning_format") == "deepseek"
         stream = body.get("stream", True) is not False
         stack = contextlib.AsyncExitStack()
         r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=num_ctx, keep_alive=ka))
@@ -550,28 +595,40 @@ def create_app(manager: Manager) -> FastAPI:
                 data = await call_ok(r, "/completion", payload)
                 answer = data.get("content", "")
                 res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
-                if think.get("reasoning_format") == "deepseek":
-                    thinking, answer = ol.split_thinking(answer)
+                if splits:
+                    thinking, answer = ol.split_thinking(answer, text)
                     if thinking:
                         res["thinking"] = thinking
-                res.update(response=answer, done=True, done_reason=ol.done_reason(data.get("stop_type")),
-                           context=full + list(data.get("tokens") or []),
-                           **ol.timings(data.get("timings"), time.monotonic() - t0, load_s))
-                if (lp := ol.logprobs_from_native(data.get("completion_probabilities"))) is not None:
-                    res["logprobs"] = lp
-                await stack.aclose()  # the model is free (and keep-alive applied) before the answer goes out
-                return JSONResponse(res, headers=headers)
+                res["response"] = answer
+                return await finish(res, data.get("stop_type"), data.get("timings"),
+                                    ol.logprobs_from_native(data.get("completion_probabilities")), t0, load_s,
+                                    stack, headers, context=full + list(data.get("tokens") or []))
             resp = await open_stream(r, "/completion", payload=payload)
         except BaseException:
             await stack.aclose()
             raise
 
+        async def done() -> None:
+            resp.close()
+            await stack.aclose()
+
+        splitter = ol.ThinkSplitter(text) if splits else None
+
+        def piece(thinking: str, response: str, lp: list | None = None) -> bytes:
+            out: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339(), "response": response}
+            if thinking:
+                out["thinking"] = thinking
+            out["done"] = False
+            if lp is not None:
+                out["logprobs"] = lp
+            return (json.dumps(out) + "\n").encode()
+
         async def ndjson() -> AsyncIterator[bytes]:
             gen: list[int] = []
             try:
                 try:
-                    async for line in resp.aiter_lines():
-                        ev = _sse_data(line)
+                    async for raw_line in resp.content:
+                        ev = _sse_data(raw_line.decode("utf-8", errors="replace"))
                         if ev is None:
                             continue
                         if "error" in ev:
@@ -579,23 +636,23 @@ def create_app(manager: Manager) -> FastAPI:
                             return
                         gen += list(ev.get("tokens") or [])
                         if ev.get("stop"):
+                            if splitter is not None and any(held := splitter.finish()):
+                                yield piece(*held)
                             final = {"model": name, "created_at": ol.now_rfc3339(), "response": "", "done": True,
                                      "done_reason": ol.done_reason(ev.get("stop_type")), "context": full + gen,
                                      **ol.timings(ev.get("timings"), time.monotonic() - t0, load_s)}
                             yield (json.dumps(final) + "\n").encode()
                             return
-                        out = {"model": name, "created_at": ol.now_rfc3339(), "response": ev.get("content", ""),
-                               "done": False}
-                        if (lp := ol.logprobs_from_native(ev.get("completion_probabilities"))) is not None:
-                            out["logprobs"] = lp
-                        yield (json.dumps(out) + "\n").encode()
-                except httpx.TransportError:
+                        thinking, response = "", ev.get("content", "")
+                        if splitter is not None:
+                            thinking, response = splitter.feed(response)
+                        yield piece(thinking, response, ol.logprobs_from_native(ev.get("completion_probabilities")))
+                except aiohttp.ClientError:
                     yield (json.dumps({"error": _gone_message(r)}) + "\n").encode()
             finally:
-                await resp.aclose()
-                await stack.aclose()
+                await done()
 
-        return StreamingResponse(ndjson(), media_type="application/x-ndjson", headers=headers)
+        return _Stream(ndjson(), done, media_type="application/x-ndjson", headers=headers)
 
     async def embed_inputs(r: Runner, inputs: list[str], truncate: bool) -> tuple[list[list[int]], int]:
         seqs, total = [], 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import httpx
+import aiohttp
 
 LOOPBACK = "127.0.0.1"
 #: Seconds a model may take to load before the start counts as failed.
@@ -211,17 +211,17 @@ class Child:
         refuses, a port it cannot bind), or when ``timeout`` passes (the child is stopped).
         """
         deadline = self.started_at + timeout
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=5) as client:
+        async with aiohttp.ClientSession(base_url=self.base_url, timeout=aiohttp.ClientTimeout(total=5)) as client:
             while True:
                 if self.returncode() is not None:
                     await asyncio.to_thread(self._join_reader)
                     raise ChildError(self.failure())
                 try:
-                    r = await client.get("/health")
-                    if r.status_code == 200:
-                        self.ready_seconds = time.monotonic() - self.started_at
-                        return self.ready_seconds
-                except httpx.TransportError:
+                    async with client.get("/health") as r:
+                        if r.status == 200:
+                            self.ready_seconds = time.monotonic() - self.started_at
+                            return self.ready_seconds
+                except (aiohttp.ClientError, asyncio.TimeoutError):
                     pass
                 if time.monotonic() > deadline:
                     await self.stop()

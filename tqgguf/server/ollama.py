@@ -291,11 +291,75 @@ def timings(t: dict | None, total_s: float, load_s: float) -> dict[str, int]:
             "eval_duration": int((t.get("predicted_ms", 0) or 0) * 1e6)}
 
 
-def split_thinking(text: str) -> tuple[str, str]:
-    """(thinking, answer) of a completion that opens with a <think>...</think> block."""
-    start = text.find("<think>")
-    end = text.find("</think>")
-    if end < 0 or (start > 0 and text[:start].strip()):
-        return "", text
-    thinking = text[(start + len("<think>")) if start >= 0 else 0:end]
-    return thinking.strip(), text[end + len("</think>"):].lstrip()
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+class ThinkSplitter:
+    """Splits a completion into Ollama's ``thinking`` and ``response``, streamed or whole.
+
+    llama-server's ``/completion`` (what ``/api/generate`` runs on) returns the model's raw
+    text, tags included; only its chat endpoint parses reasoning. The rule: thinking is the
+    text inside a ``<think>...</think>`` block that opens the completion (after leading
+    whitespace), or, when the prompt itself ends with ``<think>`` (templates that open the
+    block for the model), the text up to ``</think>``; an unclosed block is thinking to the
+    end; everything else is the response. Feed pieces in order with :meth:`feed`, then call
+    :meth:`finish`; each returns ``(thinking, response)`` text to emit now. A piece that may
+    be the start of a tag is held until the next one decides.
+
+    Args:
+        prompt: the prompt text as sent (after the chat template), to see whether it opens the block.
+    """
+
+    def __init__(self, prompt: str = ""):
+        self.state = "thinking" if prompt.rstrip().endswith(THINK_OPEN) else "start"
+        self.held = ""
+        self.started = False  # thinking text emitted yet (its leading whitespace is dropped)
+
+    def _think(self, text: str) -> str:
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        return text
+
+    def feed(self, piece: str) -> tuple[str, str]:
+        text, self.held = self.held + piece, ""
+        thinking = answer = ""
+        if self.state == "start":
+            lead = text.lstrip()
+            if lead.startswith(THINK_OPEN):
+                self.state, text = "thinking", lead[len(THINK_OPEN):]
+            elif THINK_OPEN.startswith(lead):  # "", "<", "<th"...: not decided yet
+                self.held = text
+                return "", ""
+            else:
+                self.state = "answer"
+        if self.state == "thinking":
+            end = text.find(THINK_CLOSE)
+            if end >= 0:
+                thinking, text = self._think(text[:end]), text[end + len(THINK_CLOSE):]
+                self.state = "answer_start"
+            else:
+                keep = next((k for k in range(len(THINK_CLOSE) - 1, 0, -1) if text.endswith(THINK_CLOSE[:k])), 0)
+                self.held = text[len(text) - keep:] if keep else ""
+                return self._think(text[:len(text) - keep]), ""
+        if self.state == "answer_start":
+            text = text.lstrip()
+            if not text:
+                return thinking, ""
+            self.state = "answer"
+        answer = text
+        return thinking, answer
+
+    def finish(self) -> tuple[str, str]:
+        """What is still held: an undecided start is response, a partial tag inside thinking is thinking."""
+        text, self.held = self.held, ""
+        if self.state == "thinking":
+            return self._think(text), ""
+        return "", text if self.state != "answer_start" else text.lstrip()
+
+
+def split_thinking(text: str, prompt: str = "") -> tuple[str, str]:
+    """(thinking, response) of a whole completion, by :class:`ThinkSplitter`'s rule."""
+    sp = ThinkSplitter(prompt)
+    parts = [sp.feed(text), sp.finish()]
+    return "".join(p[0] for p in parts).strip(), "".join(p[1] for p in parts)
