@@ -507,13 +507,15 @@ static constexpr int ggml_cuda_turbo_fa_nthreads_KQ = 4;
 static constexpr int ggml_cuda_turbo_fa_nthreads_V  = 8;
 
 // Minimum resident blocks per multiprocessor for the vector kernel's __launch_bounds__ when a
-// side is turbo (upstream asks for 1, so the compiler may take up to 255 registers). 3 caps a
-// 128-thread block at 168 registers: turbo3/turbo3 at hd 128 drops from 232 registers (2 blocks
-// per SM, 12.5% occupancy, latency-bound in Nsight Compute) to 168, and turbo4/turbo4 at hd 256
-// from 195 to 168 with 3378 instead of 3984 instructions in the loop. Not for two queries per
-// block at hd 256, where the cap spills (4-60 bytes, -Xptxas -v); nothing else spills.
-static constexpr __host__ __device__ int ggml_cuda_turbo_fa_min_blocks(const int D, const int ncols, const ggml_type type_K, const ggml_type type_V) {
-    return (ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) && (D <= 128 || ncols == 1) ? 3 : 1;
+// side is turbo and the head dim is at most 128 (upstream asks for 1, so the compiler may take
+// up to 255 registers). 3 caps a 128-thread block at 168 registers: turbo3/turbo3 at hd 128
+// drops from 232 registers (2 blocks per SM, 12.5% occupancy, latency-bound in Nsight
+// Compute) to 168 and from 129.3 to 125.4 µs per call (hd 128, 8 KV heads, GQA 4, KV 32768);
+// turbo4 at hd 64/128 already fits. At hd 256 the cap made every turbo pair slower (turbo4
+// 31.5 -> 32.9 µs, 1 KV head, GQA 4; two queries per block spill), so it stays at 1 there.
+// (session 6, H200, results/cuda/s6/launch-bounds/)
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_min_blocks(const int D, const ggml_type type_K, const ggml_type type_V) {
+    return (ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) && D <= 128 ? 3 : 1;
 }
 
 // byte lanes of v hold 4 indices (< 16) -> the same indices as the 4 nibbles of a PRMT selector
