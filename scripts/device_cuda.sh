@@ -162,8 +162,8 @@ profile)
     for kv in q8_0 turbo4 turbo3; do
         $NCU -k regex:set_rows --launch-skip 120 --launch-count 40 --metrics gpu__time_duration.sum \
             $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk $kv -ctv $kv -p 0 -n 8 -r 1 > "$OUT/ncu-setrows-$kv-$tag.txt" 2>&1 || echo "FAILED ncu set_rows $kv"
-        printf '%-8s SET_ROWS at batch 1: mean %s ns over %s kernels\n' $kv \
-            "$(grep -E 'gpu__time_duration.sum' "$OUT/ncu-setrows-$kv-$tag.txt" | awk '{s += $NF; n++} END {if (n) printf "%.0f", s/n}')" \
+        printf '%-8s SET_ROWS at batch 1 (ncu, caches flushed per kernel): mean %s over %s kernels\n' $kv \
+            "$(grep -E 'gpu__time_duration.sum' "$OUT/ncu-setrows-$kv-$tag.txt" | awk '{s += $NF; u = $(NF-1); n++} END {if (n) printf "%.2f %s", s/n, u}')" \
             "$(grep -c 'gpu__time_duration.sum' "$OUT/ncu-setrows-$kv-$tag.txt")"
     done | tee "$OUT/ncu-setrows-$tag.txt.summary"
     ;;
