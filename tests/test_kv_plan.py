@@ -75,8 +75,11 @@ def test_boundary_plan_names_first_and_last_layers(model_file):
     p = build_plan(model_file(QWEN), boundary="2")
     assert p.engine_value() == "0-1,22-23:q8_0/q8_0"
     assert p.k_types("turbo3") == {"q8_0", "turbo3"}
+    assert p.keeps_defaults()  # layers 2-21 keep -ctk/-ctv
     p = build_plan(model_file(QWEN), boundary="12:f16/f16")  # covers every layer: one range
     assert p.engine_value() == "0-23:f16/f16" and p.k_types("turbo3") == {"f16"}
+    assert not p.keeps_defaults()  # `tqgguf ppl` then names no "others"
+    assert build_plan(model_file(GEMMA), swa="f16").keeps_defaults()  # the global layers
     assert build_plan(model_file(QWEN)) is None
 
 
@@ -222,14 +225,21 @@ def test_mixed_plan_allocates_each_layers_types_and_counts_bytes(model_file):
 
 
 @pytest.mark.engine
-def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused(model_file):
+@pytest.mark.parametrize("name,plan,other,refusal", [
+    (SMOL, {"kv_plan": "0-1:q8_0/f16;29:f16/q8_0"}, {"kv_boundary": "2"},
+     r"K cache type: state has 0-1:q8_0,2-28:turbo3,29:f16, context has 0-1:q8_0,2-27:turbo3,28-29:q8_0; "
+     r"V cache type: state has 0-1:f16,2-28:turbo4,29:q8_0"),
+    # two caches (sliding-window at f16, global at turbo3/turbo4): both are written and read back
+    (GEMMA, {"kv_swa": "f16"}, {}, r"K cache type: state has f16, context has turbo3"),
+])
+def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused(model_file, name, plan, other,
+                                                                                  refusal):
     """Greedy 32 tokens after restoring a saved state equal the 32 generated before; a
     context with another plan refuses the state, naming the per-layer K types."""
     from tqgguf.runtime import open_model
 
-    path = model_file(SMOL)
-    eng = open_model(path, ctk="turbo3", ctv="turbo4", kv_plan="0-1:q8_0/f16;29:f16/q8_0", n_ctx=256,
-                     n_threads=2, logits_all=True)
+    path = model_file(name)
+    eng = open_model(path, ctk="turbo3", ctv="turbo4", n_ctx=256, n_threads=2, logits_all=True, **plan)
     try:
         prompt = eng.llama.tokenize(b"The history of the city begins with", add_bos=True)
         eng.llama.eval(prompt)
@@ -248,11 +258,9 @@ def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused
         assert len(set(tokens)) > 3  # real text, not one token repeated
     finally:
         eng.close()
-    other = open_model(path, ctk="turbo3", ctv="turbo4", kv_boundary="2", n_ctx=256, n_threads=2)
+    other = open_model(path, ctk="turbo3", ctv="turbo4", n_ctx=256, n_threads=2, **other)
     try:
-        with pytest.raises(RuntimeError, match=r"K cache type: state has 0-1:q8_0,2-28:turbo3,29:f16, context has "
-                                               r"0-1:q8_0,2-27:turbo3,28-29:q8_0; V cache type: state has "
-                                               r"0-1:f16,2-28:turbo4,29:q8_0"):
+        with pytest.raises(RuntimeError, match=refusal):
             other.llama.load_state(st)
     finally:
         other.close()

@@ -296,17 +296,20 @@ class KVPlan:
             out.append(pair)
         return out
 
+    def keeps_defaults(self) -> bool:
+        """True when some layer may keep -ctk/-ctv: the explicit ranges (which never
+        overlap) do not name every layer, or a ``swa`` entry leaves the non-window layers
+        to them."""
+        covered = sum(b - a + 1 for e in self.entries for a, b in e.ranges)
+        return covered < self.n_layer or any(e.swa for e in self.entries)
+
     def k_types(self, ctk: str) -> set[str]:
         """Every K type a layer may get (-ctk included when some layer keeps it)."""
-        named = {e.k for e in self.entries}
-        covered = sum(b - a + 1 for e in self.entries for a, b in e.ranges)
-        return named | ({ctk} if covered < self.n_layer or any(e.swa for e in self.entries) else set())
+        return {e.k for e in self.entries} | ({ctk} if self.keeps_defaults() else set())
 
     def v_types(self, ctv: str) -> set[str]:
         """Every V type a layer may get (-ctv included when some layer keeps it)."""
-        named = {e.v for e in self.entries}
-        covered = sum(b - a + 1 for e in self.entries for a, b in e.ranges)
-        return named | ({ctv} if covered < self.n_layer or any(e.swa for e in self.entries) else set())
+        return {e.v for e in self.entries} | ({ctv} if self.keeps_defaults() else set())
 
 
 def read_plan_file(path: str | os.PathLike, model_path: str | os.PathLike) -> tuple[list[Entry], dict]:
