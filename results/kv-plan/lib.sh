@@ -34,11 +34,14 @@ python - <<'PY'
 from tqgguf.models import resolve_model
 from tqgguf.runtime import open_model
 p = resolve_model("gemma3-270m")
-for ctk, swa in (("f16", None), ("turbo3", None), ("turbo3", "f16"), ("turbo4", None), ("turbo4", "f16")):
-    e = open_model(p, ctk=ctk, ctv=ctk, kv_swa=swa, n_ctx=32768, n_threads=2)
-    r = e.report
-    print(f"K/V {ctk}/{ctk} --kv-swa {swa or 'none'}: n_ctx {r.n_ctx}: KV {r.k_mib + r.v_mib:.2f} MiB "
-          f"(K {r.k_mib:.2f} + V {r.v_mib:.2f}); plan layers: {r.kv_plan_layers or '-'}")
-    e.close()
+for swa_full in (True, False):
+    if not swa_full:
+        print("-- swa_full=False (the sliding-window cache holds only its window, llama-server --swa-full off):")
+    for ctk, swa in (("f16", None), ("turbo3", None), ("turbo3", "f16"), ("turbo4", None), ("turbo4", "f16")):
+        e = open_model(p, ctk=ctk, ctv=ctk, kv_swa=swa, n_ctx=32768, n_threads=2, swa_full=swa_full)
+        r = e.report
+        print(f"K/V {ctk}/{ctk} --kv-swa {swa or 'none'}: n_ctx {r.n_ctx}: KV {r.k_mib + r.v_mib:.2f} MiB "
+              f"(K {r.k_mib:.2f} + V {r.v_mib:.2f}); plan layers: {r.kv_plan_layers or '-'}")
+        e.close()
 PY
 }
