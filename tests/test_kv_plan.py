@@ -128,7 +128,8 @@ def test_plan_settings_from_env_and_flags():
 
 
 def test_sweep_plan_axis_expands_with_the_types():
-    from tqgguf.sweep.grid import expand, parse_plan_axes
+    from tqgguf.kvplan import parse_plan_axes
+    from tqgguf.sweep.grid import expand
 
     plans = parse_plan_axes("0,2", "none", ())
     cfgs = expand(["turbo3"], ["turbo3"], [True], ["off"], plans=plans)

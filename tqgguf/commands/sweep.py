@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..cachetypes import CacheTypeError, EngineNotBuiltError, is_quantized
-from ..sweep.grid import expand, parse_k_centers, parse_plan_axes, parse_rot, parse_types
+from ..kvplan import parse_plan_axes
+from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
 from .options import cache_type_options, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
 
 console = Console(stderr=True)
