@@ -423,3 +423,19 @@ def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(mo
           f"{d['uniform'][1]:.2e}, boundary q8_0 {d['mixed'][0]:.2e} / {d['mixed'][1]:.2e}")
     assert d["mixed"][0] < 2 * d["mixed"][1] + 2e-3
     assert d["mixed"][0] < 2 * d["uniform"][0]
+
+
+@pytest.mark.engine
+def test_sweep_auto_centers_a_plan_that_quantizes_k_under_ctk_f16(model_file, tmp_path):
+    """`tqgguf sweep qwen --ctk f16 --ctv f16 --kv-plan PLAN` (how a tqgguf mix plan is
+    evaluated): the plan's turbo3 K makes K-center auto resolve to full, as in ppl."""
+    from click.testing import CliRunner
+
+    from tqgguf.cli import main
+
+    short = tmp_path / "short.txt"
+    short.write_text("Too short for one chunk.")  # stops the run after the resolution is printed
+    res = CliRunner().invoke(main, ["sweep", str(model_file(QWEN)), "--ctk", "f16", "--ctv", "f16", "--kv-plan",
+                                    "0-1:turbo3/f16", "-f", str(short), "-o", str(tmp_path / "s"), "-t", "1"])
+    out = " ".join(res.output.split())
+    assert "k-center auto -> full for quantized K" in out and "(turbo3)" in out, out
