@@ -376,15 +376,27 @@ def test_mix_refuses_a_calibration_text_shorter_than_one_chunk(model_file):
 
 @pytest.mark.engine
 def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
-    """SmolLM2, one lowered type, a short calibration: the plan file fits the budget, is
-    applied by --kv-plan, and is refused for another model."""
+    """SmolLM2, one lowered type, a short calibration: the measurements are stored as they
+    come and a rerun resumes; the plan file fits the budget, is applied by --kv-plan, and is
+    refused for another model."""
     from tqgguf.kvplan import build_plan
-    from tqgguf.mix import choose, measure, write_plan
+    from tqgguf.mix import choose, measure, store_path, write_plan
     from tqgguf.texts import builtin_corpus
 
     path = model_file(SMOL)
-    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2)
+    store = store_path(tmp_path, path, builtin_corpus(), 32, 1)
+    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2, store=store)
     assert len(sens.kld) == 60 and all(v >= 0 for v in sens.kld.values())
+    # the measurements were written as they came; a rerun after a kill measures only what is missing
+    lines = store.read_text().splitlines()
+    assert len(lines) == 60
+    store.write_text("\n".join(lines[:57]) + "\n" + lines[57][:20])  # the 58th cut mid-line by a kill
+    runs = []
+    again = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2, store=store,
+                    progress=runs.append)
+    assert [r.split(":")[0] for r in runs] == ["layer 28 V turbo3", "layer 29 K turbo3", "layer 29 V turbo3"]
+    assert again.kld == pytest.approx(sens.kld, rel=1e-6, abs=1e-9)
+    assert store_path(tmp_path, path, builtin_corpus(), 32, 2) != store  # another chunk count: its own file
     types, predicted, achieved = choose(sens, 8.0)
     assert achieved <= 8.0 and sum(t != "f16" for pair in types for t in pair) >= 30
     doc = write_plan(tmp_path / "p.json", path, types, bits=8.0, predicted=predicted, achieved=achieved, sens=sens,

@@ -18,6 +18,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -68,14 +69,42 @@ def check_budget(bits: float, types: tuple[str, ...]) -> None:
         raise MixError(f"--bits {bits:g} is above f16 (16 bits/value): nothing to choose")
 
 
+def store_path(out_dir: str | os.PathLike, model_path: str | os.PathLike, text: str, n_ctx: int, chunks: int) -> Path:
+    """Where :func:`measure` keeps the sensitivities of this model file, calibration text,
+    n_ctx and chunk count (so a rerun resumes and another budget reuses them):
+    ``OUT_DIR/<model stem>.kv-sens-<12 hex of sha256(model sha256, text sha256, n_ctx, chunks)>.jsonl``."""
+    key = json.dumps([sha256_file_cached(model_path), hashlib.sha256(text.encode()).hexdigest(), n_ctx, chunks])
+    return Path(out_dir) / f"{Path(model_path).stem}.kv-sens-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsonl"
+
+
+def _load_store(path: Path | None) -> dict[tuple[int, str, str], float]:
+    """Measurements already in ``path`` (a line cut by a kill is skipped: that one reruns)."""
+    done: dict[tuple[int, str, str], float] = {}
+    if path is None or not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            done[(int(row["layer"]), str(row["side"]), str(row["type"]))] = float(row["kld"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
 def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] = DEFAULT_TYPES, n_ctx: int = 256,
-            chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> Sensitivity:
+            chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None,
+            store: str | os.PathLike | None = None) -> Sensitivity:
     """Measure :class:`Sensitivity` of every layer's K and V on ``text``.
 
     n_ctx: tokens per chunk (the second half of each is scored); chunks: how many.
-    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens.
-    Raises MixError for a text shorter than one chunk, EngineError from the engine.
+    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
+    (:func:`store_path` names one per model/text/n_ctx/chunks) that each measurement is
+    appended to as it is made; measurements already there are not repeated.
+    Raises MixError for a text shorter than one chunk, EngineError from the engine,
+    OSError when the store cannot be written.
     """
+    store = Path(store) if store is not None else None
+    done = _load_store(store)
     layers = model_layers(model_path)
     base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
                       k_center="auto")
@@ -83,9 +112,12 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
         tokens = tokenize(base, text)
         if len(tokens) < n_ctx:
             raise MixError(f"the calibration text has {len(tokens)} tokens, shorter than one chunk of n_ctx {n_ctx}; "
-                           "give a longer text (-f) or a smaller --ctx")
+                           "give a longer text (-f) or a smaller -c")
         n_chunk = min(chunks, len(tokens) // n_ctx)
-        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)]
+        todo = [(il, side, t) for il in range(layers.n_layer) for side in ("k", "v") for t in types
+                if (il, side, t) not in done]
+        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)] \
+            if todo else []  # everything stored: the f16 logits are not needed
     finally:
         base.close()
     first = n_ctx // 2
@@ -93,6 +125,9 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
     for il in range(layers.n_layer):
         for side in ("k", "v"):
             for t in types:
+                if (il, side, t) in done:
+                    out[(il, side, t)] = done[(il, side, t)]
+                    continue
                 kt, vt = (t, "f16") if side == "k" else ("f16", t)
                 eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
                                  kv_plan=f"{il}:{kt}/{vt}", k_center="auto")
@@ -103,6 +138,9 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
                 finally:
                     eng.close()
                 out[(il, side, t)] = st.sum_kld / st.count
+                if store is not None:
+                    with open(store, "a") as f:
+                        f.write(json.dumps({"layer": il, "side": side, "type": t, "kld": out[(il, side, t)]}) + "\n")
                 if progress:
                     progress(f"layer {il} {side.upper()} {t}: KLD {out[(il, side, t)]:.6f}")
     return Sensitivity(out, layers.n_layer, tuple(types), n_chunk * (n_ctx - 1 - first))

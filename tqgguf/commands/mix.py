@@ -49,15 +49,20 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
         raise click.UsageError(str(e)) from e
     from ..kvplan import model_layers
 
+    from ..mix import store_path
+
     layers = model_layers(path)
+    first_out = Path(str(out).replace("{bits}", f"{bits[0]:g}")) if out else path
+    store = store_path(first_out.parent, path, text, n_ctx, chunks)
     click.echo(f"mix: {path.name}, {layers.n_layer} layers x K,V x {', '.join(cand)}: "
-               f"{1 + 2 * layers.n_layer * len(cand)} runs over {chunks} x {n_ctx} tokens of {label}", err=True)
+               f"{1 + 2 * layers.n_layer * len(cand)} runs over {chunks} x {n_ctx} tokens of {label}; "
+               f"measurements go to {store} (a rerun, or another --bits, reuses them)", err=True)
     try:
         sens = measure(path, text, types=cand, n_ctx=n_ctx, chunks=chunks, n_threads=threads,
-                       progress=lambda m: click.echo("  " + m, err=True))
+                       progress=lambda m: click.echo("  " + m, err=True), store=store)
     except MixError as e:
         raise click.UsageError(str(e)) from e
-    except (EngineError, EngineNotBuiltError) as e:
+    except (EngineError, EngineNotBuiltError, OSError) as e:
         raise click.ClickException(str(e)) from e
     for b in bits:
         plan, predicted, achieved = choose(sens, b, head_k=layers.head_k, head_v=layers.head_v)
