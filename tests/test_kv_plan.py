@@ -380,7 +380,7 @@ def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
     come and a rerun resumes; the plan file fits the budget, is applied by --kv-plan, and is
     refused for another model."""
     from tqgguf.kvplan import build_plan
-    from tqgguf.mix import choose, measure, store_path, write_plan
+    from tqgguf.mix import choose, measure, measure_plans, store_path, write_plan
     from tqgguf.texts import builtin_corpus
 
     path = model_file(SMOL)
@@ -401,6 +401,10 @@ def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
     assert achieved <= 8.0 and sum(t != "f16" for pair in types for t in pair) >= 30
     doc = write_plan(tmp_path / "p.json", path, types, bits=8.0, predicted=predicted, achieved=achieved, sens=sens,
                      text_label="pydoc")
+    # the whole-plan check on the calibration chunks: one layer's plan is exactly its sensitivity
+    one, whole = measure_plans(path, builtin_corpus(), ["3:turbo3/f16", doc["plan"]], n_ctx=32, chunks=1, n_threads=2)
+    assert one == pytest.approx(sens.kld[(3, "k", "turbo3")], rel=1e-6)
+    assert whole > max(sens.kld.values())  # 30+ lowered caches cost more than the worst single one
     plan = build_plan(path, plan=str(tmp_path / "p.json"))
     assert plan.engine_value() == doc["plan"] and plan.n_layer == 30
     with pytest.raises(KVPlanError, match="was made for SmolLM2"):

@@ -106,21 +106,9 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
     store = Path(store) if store is not None else None
     done = _load_store(store)
     layers = model_layers(model_path)
-    base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                      k_center="auto")
-    try:
-        tokens = tokenize(base, text)
-        if len(tokens) < n_ctx:
-            raise MixError(f"the calibration text has {len(tokens)} tokens, shorter than one chunk of n_ctx {n_ctx}; "
-                           "give a longer text (-f) or a smaller -c")
-        n_chunk = min(chunks, len(tokens) // n_ctx)
-        todo = [(il, side, t) for il in range(layers.n_layer) for side in ("k", "v") for t in types
-                if (il, side, t) not in done]
-        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)] \
-            if todo else []  # everything stored: the f16 logits are not needed
-    finally:
-        base.close()
-    first = n_ctx // 2
+    todo = [(il, side, t) for il in range(layers.n_layer) for side in ("k", "v") for t in types
+            if (il, side, t) not in done]
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, with_logits=bool(todo))
     out: dict[tuple[int, str, str], float] = {}
     for il in range(layers.n_layer):
         for side in ("k", "v"):
@@ -129,21 +117,68 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
                     out[(il, side, t)] = done[(il, side, t)]
                     continue
                 kt, vt = (t, "f16") if side == "k" else ("f16", t)
-                eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                                 kv_plan=f"{il}:{kt}/{vt}", k_center="auto")
-                try:
-                    st = KLDStats()
-                    for c, lg in chunk_logits(eng, tokens, n_ctx, min(n_ctx, 512), n_chunk):
-                        st.add(lg, rows[c], tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
-                finally:
-                    eng.close()
-                out[(il, side, t)] = st.sum_kld / st.count
+                out[(il, side, t)] = _plan_kld(model_path, cal, f"{il}:{kt}/{vt}", n_threads)
                 if store is not None:
                     with open(store, "a") as f:
                         f.write(json.dumps({"layer": il, "side": side, "type": t, "kld": out[(il, side, t)]}) + "\n")
                 if progress:
                     progress(f"layer {il} {side.upper()} {t}: KLD {out[(il, side, t)]:.6f}")
-    return Sensitivity(out, layers.n_layer, tuple(types), n_chunk * (n_ctx - 1 - first))
+    return Sensitivity(out, layers.n_layer, tuple(types), cal.scored)
+
+
+@dataclass
+class _Calibration:
+    """Calibration tokens and, when computed, the f16 logits' rows (encode_base_rows) per chunk."""
+
+    tokens: np.ndarray
+    n_ctx: int
+    n_chunk: int
+    rows: list
+
+    @property
+    def scored(self) -> int:
+        return self.n_chunk * (self.n_ctx - 1 - self.n_ctx // 2)
+
+
+def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | None, *,
+               with_logits: bool = True) -> _Calibration:
+    """Tokenize ``text`` and (with_logits) compute the f16/f16 logits of its first chunks."""
+    base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
+                      k_center="auto")
+    try:
+        tokens = tokenize(base, text)
+        if len(tokens) < n_ctx:
+            raise MixError(f"the calibration text has {len(tokens)} tokens, shorter than one chunk of n_ctx {n_ctx}; "
+                           "give a longer text (-f) or a smaller -c")
+        n_chunk = min(chunks, len(tokens) // n_ctx)
+        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)] \
+            if with_logits else []  # everything stored: the f16 logits are not needed
+    finally:
+        base.close()
+    return _Calibration(tokens, n_ctx, n_chunk, rows)
+
+
+def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None) -> float:
+    """Mean KLD against f16 over the calibration chunks with ``kv_plan`` (other layers f16/f16)."""
+    n_ctx, first = cal.n_ctx, cal.n_ctx // 2
+    eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
+                     kv_plan=kv_plan, k_center="auto")
+    try:
+        st = KLDStats()
+        for c, lg in chunk_logits(eng, cal.tokens, n_ctx, min(n_ctx, 512), cal.n_chunk):
+            st.add(lg, cal.rows[c], cal.tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
+    finally:
+        eng.close()
+    return st.sum_kld / st.count
+
+
+def measure_plans(model_path: str | os.PathLike, text: str, plans: list[str], *, n_ctx: int = 256, chunks: int = 2,
+                  n_threads: int | None = None) -> list[float]:
+    """The measured mean KLD against f16 of each whole plan (an explicit map, -ctk/-ctv f16
+    elsewhere) on the calibration chunks :func:`measure` used: how well the additive
+    prediction held on the text it was made from. Costs 1 + len(plans) runs."""
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads)
+    return [_plan_kld(model_path, cal, p, n_threads) for p in plans]
 
 
 def choose(sens: Sensitivity, bits: float, *, head_k: int = 1, head_v: int = 1) -> tuple[list[tuple[str, str]], float, float]:
@@ -211,11 +246,14 @@ def plan_map(types: list[tuple[str, str]]) -> str:
 
 
 def write_plan(path: str | os.PathLike, model_path: str | os.PathLike, types: list[tuple[str, str]], *,
-               bits: float, predicted: float, achieved: float, sens: Sensitivity, text_label: str) -> dict:
-    """Write the plan file (tqgguf.kvplan format) atomically; return its content."""
+               bits: float, predicted: float, achieved: float, sens: Sensitivity, text_label: str,
+               measured: float | None = None) -> dict:
+    """Write the plan file (tqgguf.kvplan format) atomically; return its content. measured:
+    the whole plan's KLD on the calibration chunks (:func:`measure_plans`), if known."""
     doc = {"format": PLAN_FILE_FORMAT, "model": Path(model_path).name, "model_sha256": sha256_file_cached(model_path),
            "n_layer": len(types), "plan": plan_map(types), "budget_bits_per_value": bits,
-           "bits_per_value": achieved, "predicted_kld": predicted, "calibration_text": text_label,
+           "bits_per_value": achieved, "predicted_kld": predicted, "measured_calibration_kld": measured,
+           "calibration_text": text_label,
            "calibration_tokens_scored": sens.tokens, "types": list(sens.types),
            "sensitivity": {f"{il}.{s}.{t}": v for (il, s, t), v in sorted(sens.kld.items())}}
     with atomic_output(path) as tmp:
