@@ -343,18 +343,31 @@ def test_mix_choice_is_the_exact_optimum_under_the_budget():
 
     from tqgguf.mix import bits_of, choose
 
+    from tqgguf.mix import floors, predict
+
     rng = np.random.default_rng(0)
     kld = {(il, s, t): float(rng.uniform(0.001, 0.1)) * (1 if t == "q8_0" else 5)
            for il in range(2) for s in "kv" for t in ("q8_0", "turbo3")}
     sens = _sens(2, kld)
+    fl = floors(sens)
+    assert fl == {s: min(v for (_, side, _), v in kld.items() if side == s) for s in "kv"}
     for budget in (bits_of("turbo3"), 5.0, 8.5, 12.0):
         types, predicted, achieved = choose(sens, budget)
         assert achieved <= budget + 1e-9
-        best = min(
-            (sum(0 if t == "f16" else kld[(il, s, t)] for (il, s), t in zip(itertools.product(range(2), "kv"), combo)), combo)
+        cells = list(itertools.product(range(2), "kv"))
+        best = min(  # the objective: sensitivity above the side's floor
+            (sum(0 if t == "f16" else kld[(il, s, t)] - fl[s] for (il, s), t in zip(cells, combo)), combo)
             for combo in itertools.product(("f16", "q8_0", "turbo3"), repeat=4)
             if sum(bits_of(t) for t in combo) / 4 <= budget + 1e-9)
-        assert predicted == pytest.approx(best[0])
+        got = {cell: t for cell, t in zip(cells, best[1])}
+        mine = {(il, s): pair[0 if s == "k" else 1] for il, pair in enumerate(types) for s in "kv"}
+        above = sum(0 if t == "f16" else kld[(il, s, t)] - fl[s] for (il, s), t in mine.items())
+        assert above == pytest.approx(best[0])
+        # the prediction adds each lowered side's floor once
+        assert predicted == pytest.approx(above + sum(fl[s] for s in "kv" if any(
+            t != "f16" for (il, side), t in mine.items() if side == s)))
+        assert predict(sens, [(got[(il, "k")], got[(il, "v")]) for il in range(2)]) == pytest.approx(
+            best[0] + sum(fl[s] for s in "kv" if any(t != "f16" for (il, side), t in got.items() if side == s)))
 
 
 @pytest.mark.engine
