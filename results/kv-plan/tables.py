@@ -54,8 +54,18 @@ def fmt_row(label: str, ppl: float, f16: float, kld: float | None, bits: float, 
     return f"| {label} | {ppl:.4f} | {100 * (ppl / f16 - 1):+.1f}% | {k} | {bits:.2f} | {src} |"
 
 
+#: further sweep dirs of a model (a plan evaluated in parallel into its own dir, same cached baseline)
+EXTRA = {"gemma3": ["gemma3-mix425"]}
+
+
 def ours(name: str, sub: str = "") -> dict[str, dict]:
-    return {r["key"]: r for r in rows(HERE / (sub or name) / "results.jsonl") if r.get("status", "ok") == "ok"}
+    dirs = [sub] if sub else [name] + EXTRA.get(name, [])
+    return {r["key"]: r for d in dirs for r in rows(HERE / d / "results.jsonl") if r.get("status", "ok") == "ok"}
+
+
+def chk(plan: dict) -> str:
+    m = plan.get("measured_calibration_kld")
+    return "—" if m is None else f"{m:.4f}"
 
 
 def main() -> None:
@@ -93,9 +103,9 @@ def main() -> None:
             print(f"| {r['n_ctx']}, {r['chunks']} | {r['ctk']}/{r['ctv']} | {r.get('kv_plan') or '—'} | {r['ppl']:.4f} | "
                   f"{100 * (r['ppl'] / f16 - 1):+.1f}% | {r['kld_mean']:.4f} | {r['bits_per_value']:.2f} |")
     print("\n## tqgguf mix plans on WikiText-2 (calibration: the built-in pydoc corpus) against the uniform map\n")
-    print("| model | budget | plan bits/value | predicted KLD (calibration) | measured KLD (WikiText-2) | PPL | vs f16 "
-          "| uniform with >= bits and lower KLD | best uniform with <= bits |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | budget | plan bits/value | predicted KLD | checked on calibration | measured KLD (WikiText-2) | PPL "
+          "| vs f16 | uniform with >= bits and lower KLD | best uniform with <= bits |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, title in MODELS.items():
         mine = ours(name)
         base = mine.get("f16/f16/rot=n/a")
@@ -103,12 +113,13 @@ def main() -> None:
         for b in ("3.5", "4.25"):
             pf = HERE / "mix" / f"{name}-{b}.json"
             if not pf.exists():
-                print(f"| {title} | {b} | not measured | | | | | | |")
+                print(f"| {title} | {b} | not measured | | | | | | | |")
                 continue
             plan = json.loads(pf.read_text())
             r = next((r for r in mine.values() if str(pf.name) in r.get("kv_plan", "")), None)
             if r is None:
-                print(f"| {title} | {b} | {plan['bits_per_value']:.3f} | {plan['predicted_kld']:.4f} | not measured | | | | |")
+                print(f"| {title} | {b} | {plan['bits_per_value']:.3f} | {plan['predicted_kld']:.4f} | {chk(plan)} | "
+                      "not measured | | | | |")
                 continue
             bits, kld = r["bits_per_value"], r["kld_mean"]
             better = sorted((u for u in umap if u["bits"] >= bits - 1e-9 and u["kld"] < kld), key=lambda u: u["bits"])
@@ -118,7 +129,7 @@ def main() -> None:
             bb = f"{best_below['ctk']}/{best_below['ctv']} ({best_below['bits']:.2f} b, {best_below['kld']:.4f})" \
                 if best_below else "—"
             f16 = base["ppl"] if base else F16_PPL[name]
-            print(f"| {title} | {b} | {bits:.3f} | {plan['predicted_kld']:.4f} | {kld:.4f} | {r['ppl']:.4f} | "
+            print(f"| {title} | {b} | {bits:.3f} | {plan['predicted_kld']:.4f} | {chk(plan)} | {kld:.4f} | {r['ppl']:.4f} | "
                   f"{100 * (r['ppl'] / f16 - 1):+.1f}% | {bl} | {bb} |")
     print("\nPlans:\n")
     for name in MODELS:
