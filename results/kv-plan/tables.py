@@ -104,7 +104,7 @@ def main() -> None:
                   f"{100 * (r['ppl'] / f16 - 1):+.1f}% | {r['kld_mean']:.4f} | {r['bits_per_value']:.2f} |")
     print("\n## tqgguf mix plans on WikiText-2 (calibration: the built-in pydoc corpus) against the uniform map\n")
     print("| model | budget | plan bits/value | predicted KLD | checked on calibration | measured KLD (WikiText-2) | PPL "
-          "| vs f16 | uniform with >= bits and lower KLD | best uniform with <= bits |")
+          "| vs f16 | uniform configs with >= bits and lower KLD | best uniform with <= bits |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, title in MODELS.items():
         mine = ours(name)
@@ -125,7 +125,9 @@ def main() -> None:
             better = sorted((u for u in umap if u["bits"] >= bits - 1e-9 and u["kld"] < kld), key=lambda u: u["bits"])
             below = [u for u in umap if u["bits"] <= bits + 1e-9]
             best_below = min(below, key=lambda u: u["kld"]) if below else None
-            bl = ", ".join(f"{u['ctk']}/{u['ctv']} ({u['bits']:.2f} b, {u['kld']:.4f})" for u in better) or "none"
+            n_ge = sum(u["bits"] >= bits - 1e-9 for u in umap)
+            bl = f"{len(better)} of {n_ge}" + (f"; cheapest {better[0]['ctk']}/{better[0]['ctv']} ({better[0]['bits']:.2f} b, "
+                                              f"{better[0]['kld']:.4f})" if better else "")
             bb = f"{best_below['ctk']}/{best_below['ctv']} ({best_below['bits']:.2f} b, {best_below['kld']:.4f})" \
                 if best_below else "—"
             f16 = base["ppl"] if base else F16_PPL[name]
