@@ -91,11 +91,18 @@ def main() -> None:
                 print(fmt_row(f"**{title} {r['ctk']}/{r['ctv']} {r['kv_plan']}**", r["ppl"], f16, r["kld_mean"],
                               r["bits_per_value"], "this machine"))
     print("\n## Gemma-3-270M: sliding-window layers at f16 (--kv-swa f16)\n")
+    print("bits/value: per cached token with every layer holding n_ctx cells (llama.cpp's default swa_full); "
+          "KV MiB at n_ctx 32768 with window-sized caches is in gemma3-kv-mib-32768.txt.\n")
     print("| n_ctx, chunks | K/V | layer plan | PPL | vs f16 | mean KLD | bits/value |")
     print("|---|---|---|---|---|---|---|")
     for sub in ("gemma3", "gemma3-c4096"):
         mine = ours("gemma3", sub)
         base = mine.get("f16/f16/rot=n/a")
+        if sub == "gemma3":  # the uniform rows at n_ctx 512: from the map
+            for u in uniform_map("gemma3"):
+                if u["ctk"] == u["ctv"] in ("turbo3", "turbo4"):
+                    print(f"| 512, 20 (map) | {u['ctk']}/{u['ctv']} | — | {u['ppl']:.4f} | "
+                          f"{100 * (u['ppl'] / F16_PPL['gemma3'] - 1):+.1f}% | {u['kld']:.4f} | {u['bits']:.2f} |")
         for r in mine.values():
             if r.get("kv_plan", "").startswith("--kv-boundary") or "--kv-plan" in r.get("kv_plan", ""):
                 continue
