@@ -208,3 +208,54 @@ def test_depth_beyond_the_training_context_is_timed_only_when_asked(smollm2, tmp
         B.validate(spec)
     spec.beyond_train = True
     B.validate(spec)  # accepted (the run itself is llama-bench's, which never checks)
+
+
+# -- layer plans (--kv-boundary / --kv-swa / --kv-plan as axes, as in tqgguf sweep) -------
+
+def test_plan_axis_expands_after_fa_and_keeps_old_keys(tmp_path):
+    from tqgguf.kvplan import parse_plan_axes
+
+    plans = parse_plan_axes("0,2", "none", ())
+    tests = B.expand(["turbo3"], ["turbo3"], ["on"], [16], [0], [0, 32], plans)
+    assert [(t.plan, t.n_depth) for t in tests] == [(B.NO_PLAN, 0), (B.NO_PLAN, 32), (("2:q8_0/q8_0", "", ""), 0),
+                                                    (("2:q8_0/q8_0", "", ""), 32)]
+    spec = B.BenchSpec(model=tmp_path / "m.gguf", tests=tests, configs=B.configs_of(["turbo3"], ["turbo3"], ["on"], plans))
+    assert spec.configs == [("turbo3", "turbo3", "on", B.NO_PLAN), ("turbo3", "turbo3", "on", ("2:q8_0/q8_0", "", ""))]
+    # a test without a plan keeps the key results.jsonl files from before plans hold
+    old = dict(model="x", ctk="turbo3", ctv="turbo3", fa="on", p=16, n=0, d=0, b=spec.n_batch, ub=spec.n_ubatch,
+               t=None, ngl=0, r=spec.reps, warmup=True)
+    import hashlib
+    assert B.test_key(spec, "x", tests[0]) == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:20]
+    assert B.test_key(spec, "x", tests[2]) != B.test_key(spec, "x", tests[0])
+
+
+@pytest.mark.engine
+def test_bench_runs_a_layer_plan_and_reports_its_bytes(smollm2, tmp_path):
+    """turbo3/turbo3 with and without --kv-boundary 2 on SmolLM2 (30 layers): the plan row
+    allocates layers 0-1 and 28-29 at q8_0 (4 × 8.5 + 26 × 3.25 bits over 30 layers) and
+    the table names the plan in its own column."""
+    args = ["bench", str(smollm2), "-ctk", "turbo3", "-ctv", "turbo3", "--kv-boundary", "0,2", "-p", "16", "-n", "0",
+            "-r", "1", "-t", "1", "--dir", str(tmp_path), "--no-plot"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [x.get("kv_plan") for x in rows] == [None, "--kv-boundary 2:q8_0/q8_0"]
+    assert rows[1]["kv_plan_engine"] == "0-1,28-29:q8_0/q8_0"
+    assert rows[1]["bits_per_value"] == pytest.approx((4 * 8.5 + 26 * 3.25) / 30, abs=1e-3)
+    assert rows[1]["k_mib"] / rows[0]["k_mib"] == pytest.approx((4 * 8.5 + 26 * 3.25) / (30 * 3.25), rel=0.02)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[5:9] == ["type_k", "type_v", "kv_plan", "fa"]
+    assert [ln.split("|")[8].strip() for ln in lines[2:]] == ["-", "--kv-boundary 2:q8_0/q8_0"]
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--kv-plan", "0-1,40-41:q8_0/q8_0"], "layer 41 is named, but SmolLM2-135M-Instruct.Q4_1.gguf has 30 layers"),
+    (["-fa", "off", "-ctv", "f16", "--kv-boundary", "2:f16/q8_0"], "quantized V type q8_0"),
+    (["--kv-swa", "f16"], "has no sliding-window layers"),
+])
+def test_bench_refuses_a_plan_that_does_not_fit_before_running(smollm2, tmp_path, extra, msg):
+    args = ["bench", str(smollm2), "-p", "16", "-n", "0", "-r", "1", "--dir", str(tmp_path), *extra]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 2 and msg in r.output, r.output
+    assert not (tmp_path / "results.jsonl").exists()

@@ -241,6 +241,16 @@ def test_env_command_table_lists_every_variable():
     assert "10m" in r.output
 
 
+def test_env_command_suggests_the_declared_name_for_a_typo():
+    r = CliRunner().invoke(main, ["env"], env={**_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1"), "COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "TQGGUF_KV_BOUNDRY is set but tqgguf does not read it (typo?); did you mean TQGGUF_KV_BOUNDARY?" in r.output
+    assert "TQGGUF_ZZZ is set but tqgguf does not read it (typo?)\n" in r.output  # nothing close: no guess
+    r = CliRunner().invoke(main, ["env", "--json"], env=_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1"))
+    rep = json.loads(r.output)
+    assert rep["did_you_mean"] == {"TQGGUF_KV_BOUNDRY": "TQGGUF_KV_BOUNDARY", "TQGGUF_ZZZ": None}
+
+
 def test_env_command_bad_value_exits_2_with_the_reason():
     r = CliRunner().invoke(main, ["env"], env=_clean_env(TQGGUF_KV_CACHE_TYPE="q9"))
     assert r.exit_code == 2

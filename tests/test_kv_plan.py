@@ -75,8 +75,11 @@ def test_boundary_plan_names_first_and_last_layers(model_file):
     p = build_plan(model_file(QWEN), boundary="2")
     assert p.engine_value() == "0-1,22-23:q8_0/q8_0"
     assert p.k_types("turbo3") == {"q8_0", "turbo3"}
+    assert p.keeps_defaults()  # layers 2-21 keep -ctk/-ctv
     p = build_plan(model_file(QWEN), boundary="12:f16/f16")  # covers every layer: one range
     assert p.engine_value() == "0-23:f16/f16" and p.k_types("turbo3") == {"f16"}
+    assert not p.keeps_defaults()  # `tqgguf ppl` then names no "others"
+    assert build_plan(model_file(GEMMA), swa="f16").keeps_defaults()  # the global layers
     assert build_plan(model_file(QWEN)) is None
 
 
@@ -125,7 +128,8 @@ def test_plan_settings_from_env_and_flags():
 
 
 def test_sweep_plan_axis_expands_with_the_types():
-    from tqgguf.sweep.grid import expand, parse_plan_axes
+    from tqgguf.kvplan import parse_plan_axes
+    from tqgguf.sweep.grid import expand
 
     plans = parse_plan_axes("0,2", "none", ())
     cfgs = expand(["turbo3"], ["turbo3"], [True], ["off"], plans=plans)
@@ -222,14 +226,21 @@ def test_mixed_plan_allocates_each_layers_types_and_counts_bytes(model_file):
 
 
 @pytest.mark.engine
-def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused(model_file):
+@pytest.mark.parametrize("name,plan,other,refusal", [
+    (SMOL, {"kv_plan": "0-1:q8_0/f16;29:f16/q8_0"}, {"kv_boundary": "2"},
+     r"K cache type: state has 0-1:q8_0,2-28:turbo3,29:f16, context has 0-1:q8_0,2-27:turbo3,28-29:q8_0; "
+     r"V cache type: state has 0-1:f16,2-28:turbo4,29:q8_0"),
+    # two caches (sliding-window at f16, global at turbo3/turbo4): both are written and read back
+    (GEMMA, {"kv_swa": "f16"}, {}, r"K cache type: state has f16, context has turbo3"),
+])
+def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused(model_file, name, plan, other,
+                                                                                  refusal):
     """Greedy 32 tokens after restoring a saved state equal the 32 generated before; a
     context with another plan refuses the state, naming the per-layer K types."""
     from tqgguf.runtime import open_model
 
-    path = model_file(SMOL)
-    eng = open_model(path, ctk="turbo3", ctv="turbo4", kv_plan="0-1:q8_0/f16;29:f16/q8_0", n_ctx=256,
-                     n_threads=2, logits_all=True)
+    path = model_file(name)
+    eng = open_model(path, ctk="turbo3", ctv="turbo4", n_ctx=256, n_threads=2, logits_all=True, **plan)
     try:
         prompt = eng.llama.tokenize(b"The history of the city begins with", add_bos=True)
         eng.llama.eval(prompt)
@@ -248,11 +259,9 @@ def test_state_round_trip_with_a_mixed_plan_is_exact_and_another_plan_is_refused
         assert len(set(tokens)) > 3  # real text, not one token repeated
     finally:
         eng.close()
-    other = open_model(path, ctk="turbo3", ctv="turbo4", kv_boundary="2", n_ctx=256, n_threads=2)
+    other = open_model(path, ctk="turbo3", ctv="turbo4", n_ctx=256, n_threads=2, **other)
     try:
-        with pytest.raises(RuntimeError, match=r"K cache type: state has 0-1:q8_0,2-28:turbo3,29:f16, context has "
-                                               r"0-1:q8_0,2-27:turbo3,28-29:q8_0; V cache type: state has "
-                                               r"0-1:f16,2-28:turbo4,29:q8_0"):
+        with pytest.raises(RuntimeError, match=refusal):
             other.llama.load_state(st)
     finally:
         other.close()
@@ -334,18 +343,31 @@ def test_mix_choice_is_the_exact_optimum_under_the_budget():
 
     from tqgguf.mix import bits_of, choose
 
+    from tqgguf.mix import floors, predict
+
     rng = np.random.default_rng(0)
     kld = {(il, s, t): float(rng.uniform(0.001, 0.1)) * (1 if t == "q8_0" else 5)
            for il in range(2) for s in "kv" for t in ("q8_0", "turbo3")}
     sens = _sens(2, kld)
+    fl = floors(sens)
+    assert fl == {s: min(v for (_, side, _), v in kld.items() if side == s) for s in "kv"}
     for budget in (bits_of("turbo3"), 5.0, 8.5, 12.0):
         types, predicted, achieved = choose(sens, budget)
         assert achieved <= budget + 1e-9
-        best = min(
-            (sum(0 if t == "f16" else kld[(il, s, t)] for (il, s), t in zip(itertools.product(range(2), "kv"), combo)), combo)
+        cells = list(itertools.product(range(2), "kv"))
+        best = min(  # the objective: sensitivity above the side's floor
+            (sum(0 if t == "f16" else kld[(il, s, t)] - fl[s] for (il, s), t in zip(cells, combo)), combo)
             for combo in itertools.product(("f16", "q8_0", "turbo3"), repeat=4)
             if sum(bits_of(t) for t in combo) / 4 <= budget + 1e-9)
-        assert predicted == pytest.approx(best[0])
+        got = {cell: t for cell, t in zip(cells, best[1])}
+        mine = {(il, s): pair[0 if s == "k" else 1] for il, pair in enumerate(types) for s in "kv"}
+        above = sum(0 if t == "f16" else kld[(il, s, t)] - fl[s] for (il, s), t in mine.items())
+        assert above == pytest.approx(best[0])
+        # the prediction adds each lowered side's floor once
+        assert predicted == pytest.approx(above + sum(fl[s] for s in "kv" if any(
+            t != "f16" for (il, side), t in mine.items() if side == s)))
+        assert predict(sens, [(got[(il, "k")], got[(il, "v")]) for il in range(2)]) == pytest.approx(
+            best[0] + sum(fl[s] for s in "kv" if any(t != "f16" for (il, side), t in got.items() if side == s)))
 
 
 @pytest.mark.engine
@@ -367,19 +389,35 @@ def test_mix_refuses_a_calibration_text_shorter_than_one_chunk(model_file):
 
 @pytest.mark.engine
 def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
-    """SmolLM2, one lowered type, a short calibration: the plan file fits the budget, is
-    applied by --kv-plan, and is refused for another model."""
+    """SmolLM2, one lowered type, a short calibration: the measurements are stored as they
+    come and a rerun resumes; the plan file fits the budget, is applied by --kv-plan, and is
+    refused for another model."""
     from tqgguf.kvplan import build_plan
-    from tqgguf.mix import choose, measure, write_plan
+    from tqgguf.mix import choose, measure, measure_plans, store_path, write_plan
     from tqgguf.texts import builtin_corpus
 
     path = model_file(SMOL)
-    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2)
+    store = store_path(tmp_path, path, builtin_corpus(), 32, 1)
+    sens = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2, store=store)
     assert len(sens.kld) == 60 and all(v >= 0 for v in sens.kld.values())
+    # the measurements were written as they came; a rerun after a kill measures only what is missing
+    lines = store.read_text().splitlines()
+    assert len(lines) == 60
+    store.write_text("\n".join(lines[:57]) + "\n" + lines[57][:20])  # the 58th cut mid-line by a kill
+    runs = []
+    again = measure(path, builtin_corpus(), types=("turbo3",), n_ctx=32, chunks=1, n_threads=2, store=store,
+                    progress=runs.append)
+    assert [r.split(":")[0] for r in runs] == ["layer 28 V turbo3", "layer 29 K turbo3", "layer 29 V turbo3"]
+    assert again.kld == pytest.approx(sens.kld, rel=1e-6, abs=1e-9)
+    assert store_path(tmp_path, path, builtin_corpus(), 32, 2) != store  # another chunk count: its own file
     types, predicted, achieved = choose(sens, 8.0)
     assert achieved <= 8.0 and sum(t != "f16" for pair in types for t in pair) >= 30
     doc = write_plan(tmp_path / "p.json", path, types, bits=8.0, predicted=predicted, achieved=achieved, sens=sens,
                      text_label="pydoc")
+    # the whole-plan check on the calibration chunks: one layer's plan is exactly its sensitivity
+    one, whole = measure_plans(path, builtin_corpus(), ["3:turbo3/f16", doc["plan"]], n_ctx=32, chunks=1, n_threads=2)
+    assert one == pytest.approx(sens.kld[(3, "k", "turbo3")], rel=1e-6)
+    assert whole > max(sens.kld.values())  # 30+ lowered caches cost more than the worst single one
     plan = build_plan(path, plan=str(tmp_path / "p.json"))
     assert plan.engine_value() == doc["plan"] and plan.n_layer == 30
     with pytest.raises(KVPlanError, match="was made for SmolLM2"):
@@ -414,3 +452,19 @@ def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(mo
           f"{d['uniform'][1]:.2e}, boundary q8_0 {d['mixed'][0]:.2e} / {d['mixed'][1]:.2e}")
     assert d["mixed"][0] < 2 * d["mixed"][1] + 2e-3
     assert d["mixed"][0] < 2 * d["uniform"][0]
+
+
+@pytest.mark.engine
+def test_sweep_auto_centers_a_plan_that_quantizes_k_under_ctk_f16(model_file, tmp_path):
+    """`tqgguf sweep qwen --ctk f16 --ctv f16 --kv-plan PLAN` (how a tqgguf mix plan is
+    evaluated): the plan's turbo3 K makes K-center auto resolve to full, as in ppl."""
+    from click.testing import CliRunner
+
+    from tqgguf.cli import main
+
+    short = tmp_path / "short.txt"
+    short.write_text("Too short for one chunk.")  # stops the run after the resolution is printed
+    res = CliRunner().invoke(main, ["sweep", str(model_file(QWEN)), "--ctk", "f16", "--ctv", "f16", "--kv-plan",
+                                    "0-1:turbo3/f16", "-f", str(short), "-o", str(tmp_path / "s"), "-t", "1"])
+    out = " ".join(res.output.split())
+    assert "k-center auto -> full for quantized K" in out and "(turbo3)" in out, out

@@ -42,6 +42,7 @@ from typing import Callable, Iterable
 
 from .cachetypes import FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict
 from .fsutil import sha256_file_cached
+from .kvplan import build_plan, plan_label
 
 #: ``-fa`` values accepted per item, as llama-bench's (on|off|auto and 1|0).
 FA_VALUES = {"on": "on", "1": "on", "off": "off", "0": "off", "auto": "auto"}
@@ -93,10 +94,16 @@ def parse_fa_list(value: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+#: the layer-plan axis point "no plan" (tqgguf.kvplan.parse_plan_axes)
+NO_PLAN = ("", "", "")
+
+
 @dataclass(frozen=True)
 class Test:
     """One llama-bench test: K/V types, flash attention mode (on|off|auto as asked),
-    n_prompt or n_gen tokens (one of them 0), n_depth tokens prefilled before it."""
+    n_prompt or n_gen tokens (one of them 0), n_depth tokens prefilled before it, and the
+    layer plan (boundary, swa, map) as :func:`tqgguf.kvplan.parse_plan_axes` gives it
+    (all "" = none: every layer at ctk/ctv)."""
 
     ctk: str
     ctv: str
@@ -104,6 +111,7 @@ class Test:
     n_prompt: int
     n_gen: int
     n_depth: int
+    plan: tuple[str, str, str] = NO_PLAN
 
     @property
     def name(self) -> str:
@@ -117,11 +125,11 @@ class Test:
 
 
 def expand(ctk: list[str], ctv: list[str], fa: list[str], n_prompt: list[int], n_gen: list[int],
-           n_depth: list[int]) -> list[Test]:
-    """Every combination in llama-bench's order (K, V, fa, depth; pp tests, then tg tests);
-    a 0 in -p or -n makes no test, as in llama-bench."""
-    return [Test(k, v, f, p, 0, d) if p else Test(k, v, f, 0, n, d)
-            for k in ctk for v in ctv for f in fa for d in n_depth
+           n_depth: list[int], plans: list[tuple[str, str, str]] = (NO_PLAN,)) -> list[Test]:
+    """Every combination in llama-bench's order (K, V, fa, layer plan, depth; pp tests, then
+    tg tests); a 0 in -p or -n makes no test, as in llama-bench."""
+    return [Test(k, v, f, p, 0, d, pl) if p else Test(k, v, f, 0, n, d, pl)
+            for k in ctk for v in ctv for f in fa for pl in plans for d in n_depth
             for p, n in [(p, 0) for p in n_prompt if p] + [(0, n) for n in n_gen if n]]
 
 
@@ -151,7 +159,7 @@ class BenchSpec:
 
     model: Path
     tests: list[Test]
-    configs: list[tuple[str, str, str]]
+    configs: list[tuple[str, str, str, tuple[str, str, str]]]  # (ctk, ctv, fa, plan), configs_of
     reps: int = 5
     n_batch: int = 2048
     n_ubatch: int = 512
@@ -168,8 +176,10 @@ class BenchSpec:
         return self.out_dir / "results.jsonl"
 
 
-def configs_of(ctk: list[str], ctv: list[str], fa: list[str]) -> list[tuple[str, str, str]]:
-    return [(k, v, f) for k in ctk for v in ctv for f in fa]
+def configs_of(ctk: list[str], ctv: list[str], fa: list[str],
+               plans: list[tuple[str, str, str]] = (NO_PLAN,)) -> list[tuple[str, str, str, tuple[str, str, str]]]:
+    """Every (ctk, ctv, fa, plan) configuration, in :func:`expand`'s order (one model load each)."""
+    return [(k, v, f, pl) for k in ctk for v in ctv for f in fa for pl in plans]
 
 
 def n_ctx_train(model: Path) -> int:
@@ -207,7 +217,8 @@ def validate(spec: BenchSpec) -> None:
     Raises BenchError for: no tests at all, reps < 1, n_batch/n_ubatch < 1, a test or
     batched case that needs more positions than the model's n_ctx_train (unless
     ``spec.beyond_train``), more parallel
-    sequences than llama.cpp allows; ValueError for -fa off with a quantized V;
+    sequences than llama.cpp allows; ValueError for -fa off with a quantized V (also one a
+    layer plan gives); KVPlanError (a ValueError) for a plan that does not fit the model;
     EngineError for -ngl on an engine without a usable GPU backend;
     EngineNotBuiltError when the engine is missing.
     """
@@ -219,11 +230,17 @@ def validate(spec: BenchSpec) -> None:
         raise BenchError(f"-r {spec.reps}: repetitions must be >= 1")
     if spec.n_batch < 1 or spec.n_ubatch < 1:
         raise BenchError(f"-b {spec.n_batch} -ub {spec.n_ubatch}: batch sizes must be >= 1")
-    for k, v, f in spec.configs:
+    for k, v, f, _ in spec.configs:
         if flash_attn_conflict(f, v):
             raise BenchError(f"-fa off with -ctv {v} (K {k}): {FLASH_ATTN_RULE}")
     if not spec.model.is_file():
         raise BenchError(f"model file not found: {spec.model}")
+    for k, v, f, pl in spec.configs:  # each plan checked against the model before anything runs
+        built = _build_plan(spec.model, pl)
+        for pv in sorted(built.v_types(v)) if built else ():
+            if flash_attn_conflict(f, pv):
+                raise BenchError(f"-fa off with {plan_label(pl)}, whose layers get the quantized V type {pv}: "
+                                 f"{FLASH_ATTN_RULE}")
     train = n_ctx_train(spec.model) if not spec.beyond_train else 1 << 62
     for t in spec.tests:
         if t.n_ctx > train:
@@ -247,19 +264,38 @@ def validate(spec: BenchSpec) -> None:
         raise EngineError(why)
 
 
+def _build_plan(model: Path, plan: tuple[str, str, str]):
+    """The KVPlan of an axis point for ``model`` (None for no plan); KVPlanError when it does not fit."""
+    b, s, m = plan
+    return build_plan(model, boundary=b or None, swa=s or None, plan=m or None) if plan != NO_PLAN else None
+
+
+def _plan_fields(plan: tuple[str, str, str], engine) -> dict:
+    """Row fields of a layer plan: the flags, the engine's map and effective bits/value ({} without one)."""
+    if plan == NO_PLAN:
+        return {}
+    return {"kv_plan": plan_label(plan), "kv_plan_engine": engine.kv_plan.engine_value(),
+            "bits_per_value": engine.report.bits_per_value}
+
+
 # ---------------------------------------------------------------- identity and resume
 
 def test_key(spec: BenchSpec, model_sha: str, t: Test) -> str:
-    """What makes two results the same measurement (a rerun skips tests with a stored key)."""
+    """What makes two results the same measurement (a rerun skips tests with a stored key).
+    A layer plan is part of it only when there is one (results from before plans keep their keys)."""
     parts = dict(model=model_sha, ctk=t.ctk, ctv=t.ctv, fa=t.fa, p=t.n_prompt, n=t.n_gen, d=t.n_depth,
                  b=spec.n_batch, ub=spec.n_ubatch, t=spec.n_threads, ngl=spec.n_gpu_layers, r=spec.reps,
                  warmup=spec.warmup)
+    if t.plan != NO_PLAN:
+        parts["plan"] = plan_label(t.plan)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def batched_key(spec: BenchSpec, model_sha: str, cfg: tuple[str, str, str], case: tuple[int, int, int]) -> str:
-    parts = dict(model=model_sha, cfg=cfg, case=case, b=spec.n_batch, ub=spec.n_ubatch, t=spec.n_threads,
-                 ngl=spec.n_gpu_layers, n_ctx=spec.batched.n_ctx, npl_max=max(spec.batched.npl))
+def batched_key(spec: BenchSpec, model_sha: str, cfg: tuple[str, str, str, tuple[str, str, str]],
+                case: tuple[int, int, int]) -> str:
+    plan = [plan_label(cfg[3])] if cfg[3] != NO_PLAN else []
+    parts = dict(model=model_sha, cfg=[*cfg[:3], *plan], case=case, b=spec.n_batch, ub=spec.n_ubatch,
+                 t=spec.n_threads, ngl=spec.n_gpu_layers, n_ctx=spec.batched.n_ctx, npl_max=max(spec.batched.npl))
     return "batched-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -426,7 +462,8 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
             "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "avg_ns": int(avg_ns), "stddev_ns": int(sd_ns), "avg_ts": avg_ts, "stddev_ts": sd_ts,
             "samples_ns": samples_ns, "samples_ts": ts, "n_decoded": decoded, "n_kv_after": kv_after,
-            "k_mib": report.k_mib, "v_mib": report.v_mib, "warmup": spec.warmup, "reps": spec.reps}
+            "k_mib": report.k_mib, "v_mib": report.v_mib, "warmup": spec.warmup, "reps": spec.reps,
+            **_plan_fields(t.plan, engine)}
 
 
 class _SeqBatch:
@@ -515,7 +552,7 @@ def _run_batched(spec: BenchSpec, engine, cfg, facts: dict, todo: set[tuple[int,
                 "t_pp": t_pp, "speed_pp": pl * pp / t_pp, "t_tg": t_tg, "speed_tg": pl * tg / t_tg,
                 "t": t_pp + t_tg, "speed": (pl * pp + pl * tg) / (t_pp + t_tg),
                 "kv_tokens_per_seq": kv, "k_mib": ctx.report.k_mib, "v_mib": ctx.report.v_mib,
-                "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **_plan_fields(cfg[3], engine)})
     finally:
         ctx.close()
 
@@ -549,12 +586,15 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
 
     def opened(cfg):
         return open_model(spec.model, ctk=cfg[0], ctv=cfg[1], flash_attn=cfg[2], n_ctx=256, n_batch=256,
-                          n_threads=spec.n_threads, n_gpu_layers=spec.n_gpu_layers)
+                          n_threads=spec.n_threads, n_gpu_layers=spec.n_gpu_layers, kv_plan=_build_plan(spec.model, cfg[3]))
+
+    def named(cfg) -> str:
+        return f"{cfg[0]}/{cfg[1]} fa {cfg[2]}" + (f" {plan_label(cfg[3])}" if cfg[3] != NO_PLAN else "")
 
     # phase 1: llama-bench's tests, configuration by configuration (one model load each)
-    by_cfg: dict[tuple[str, str, str], list[Test]] = {}
+    by_cfg: dict[tuple[str, str, str, tuple[str, str, str]], list[Test]] = {}
     for t in spec.tests:
-        by_cfg.setdefault((t.ctk, t.ctv, t.fa), []).append(t)
+        by_cfg.setdefault((t.ctk, t.ctv, t.fa, t.plan), []).append(t)
     for cfg, tests in by_cfg.items():
         keys = [test_key(spec, model_sha, t) for t in tests]
         if all(k in done for k in keys):
@@ -570,7 +610,7 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
                     emit(k, None, True)
                     continue
                 if log:
-                    log(f"{cfg[0]}/{cfg[1]} fa {cfg[2]}: {t.name}")
+                    log(f"{named(cfg)}: {t.name}")
                 emit(k, _run_test(spec, engine, t, facts, cache, spec.seed + i), False)
         finally:
             engine.close()
@@ -582,7 +622,7 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
             todo = {c for c in cases if bkeys[c] not in done}
             if todo:
                 if log:
-                    log(f"{cfg[0]}/{cfg[1]} fa {cfg[2]}: batched, {len(todo)} cases, n_ctx {spec.batched.n_ctx}")
+                    log(f"{named(cfg)}: batched, {len(todo)} cases, n_ctx {spec.batched.n_ctx}")
                 engine = opened(cfg)
                 try:
                     _run_batched(spec, engine, cfg, _model_facts(engine), todo, spec.seed,
@@ -605,16 +645,26 @@ def _params(n: int) -> str:
     return f"{n / 1e6:.2f} M" if n < 1e9 else f"{n / 1e9:.2f} B"
 
 
-def test_columns(rows: list[dict]) -> list[tuple[str, int, Callable[[dict], str]]]:
+def has_plans(rows_or_spec) -> bool:
+    """Whether a layer-plan column is needed: some row has a plan, or (given a BenchSpec)
+    some configuration has one."""
+    if isinstance(rows_or_spec, BenchSpec):
+        return any(c[3] != NO_PLAN for c in rows_or_spec.configs)
+    return any(r.get("kv_plan") for r in rows_or_spec)
+
+
+def test_columns(rows: list[dict], with_plan: bool | None = None) -> list[tuple[str, int, Callable[[dict], str]]]:
     """llama-bench's markdown columns (header, width: negative = left-aligned, value):
-    model, size, params, backend, ngl (GPU backends) or threads (CPU), type_k, type_v, fa,
-    test, t/s."""
+    model, size, params, backend, ngl (GPU backends) or threads (CPU), type_k, type_v,
+    (kv_plan: ours, when ``with_plan``; None = when some row has a plan), fa, test, t/s."""
     cpu = all(r.get("backends", "CPU") == "CPU" for r in rows) if rows else True
     cols = [("model", -30, lambda r: r["model_type"]), ("size", 10, lambda r: _size(r["model_size"])),
             ("params", 10, lambda r: _params(r["model_n_params"])), ("backend", -10, lambda r: r["backends"])]
     cols.append(("threads", 7, lambda r: str(r["n_threads"])) if cpu else ("ngl", 3, lambda r: str(r["n_gpu_layers"])))
-    cols += [("type_k", 6, lambda r: r["type_k"]), ("type_v", 6, lambda r: r["type_v"]),
-             ("fa", 3, lambda r: str(r["flash_attn"])), ("test", 15, lambda r: r["test"]),
+    cols += [("type_k", 6, lambda r: r["type_k"]), ("type_v", 6, lambda r: r["type_v"])]
+    if has_plans(rows) if with_plan is None else with_plan:
+        cols.append(("kv_plan", -24, lambda r: r.get("kv_plan") or "-"))
+    cols += [("fa", 3, lambda r: str(r["flash_attn"])), ("test", 15, lambda r: r["test"]),
              ("t/s", 20, lambda r: f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}")]
     return cols
 
@@ -628,9 +678,9 @@ def _cell(text: str, width: int) -> str:
     return text.ljust(-width) if width < 0 else text.rjust(width)
 
 
-def markdown_header(rows: list[dict]) -> str:
+def markdown_header(rows: list[dict], columns=None) -> str:
     """The two header lines of the test table (llama-bench's layout)."""
-    cols = test_columns(rows)
+    cols = columns or test_columns(rows)
     return ("| " + " | ".join(_cell(h, w) for h, w, _ in cols) + " |\n"
             + "|" + "|".join(" " + ("-" * (abs(w) - 1) + (":" if w > 0 else "-")) + " " for _, w, _ in cols) + "|")
 
@@ -640,20 +690,26 @@ def markdown_row(row: dict, columns=None) -> str:
     return "| " + " | ".join(_cell(f(row), w) for _, w, f in cols) + " |"
 
 
-def batched_header() -> str:
-    return ("| " + " | ".join(_cell(h, w) for h, w, _ in BATCHED_COLUMNS) + " |\n"
-            + "|" + "|".join(" " + ("-" * (abs(w) - 1) + (":" if w > 0 else "-")) + " " for _, w, _ in BATCHED_COLUMNS) + "|")
+def batched_columns(with_plan: bool = False) -> list[tuple[str, int, str]]:
+    """llama-batched-bench's columns, with our kv_plan column after type_v when ``with_plan``."""
+    return BATCHED_COLUMNS[:2] + [("kv_plan", -24, "kv_plan")] + BATCHED_COLUMNS[2:] if with_plan else BATCHED_COLUMNS
 
 
-def batched_row(r: dict) -> str:
+def batched_header(with_plan: bool = False) -> str:
+    cols = batched_columns(with_plan)
+    return ("| " + " | ".join(_cell(h, w) for h, w, _ in cols) + " |\n"
+            + "|" + "|".join(" " + ("-" * (abs(w) - 1) + (":" if w > 0 else "-")) + " " for _, w, _ in cols) + "|")
+
+
+def batched_row(r: dict, with_plan: bool = False) -> str:
     def fmt(k):
-        v = r[k]
+        v = r.get(k) or "-" if k == "kv_plan" else r[k]
         if k in ("t_pp", "t_tg", "t"):
             return f"{v:.3f}"
         if isinstance(v, float):
             return f"{v:.2f}"
         return str(v)
-    return "| " + " | ".join(_cell(fmt(k), w) for _, w, k in BATCHED_COLUMNS) + " |"
+    return "| " + " | ".join(_cell(fmt(k), w) for _, w, k in batched_columns(with_plan)) + " |"
 
 
 def markdown(rows: list[dict]) -> str:
@@ -665,7 +721,8 @@ def markdown(rows: list[dict]) -> str:
         cols = test_columns(tests)
         parts.append(markdown_header(tests) + "\n" + "\n".join(markdown_row(r, cols) for r in tests))
     if batched:
-        parts.append(batched_header() + "\n" + "\n".join(batched_row(r) for r in batched))
+        wp = has_plans(batched)
+        parts.append(batched_header(wp) + "\n" + "\n".join(batched_row(r, wp) for r in batched))
     return "\n\n".join(parts)
 
 
@@ -678,8 +735,9 @@ CSV_BATCHED_FIELDS = ["model_filename", "type_k", "type_v", "n_kv_max", "n_batch
                       "t_tg", "speed_tg", "t", "speed"]
 
 
-def csv_fields(kind: str) -> list[str]:
-    return CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS
+def csv_fields(kind: str, with_plan: bool = False) -> list[str]:
+    """The csv columns of a row kind; ``with_plan`` appends ours: kv_plan, bits_per_value."""
+    return (CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS) + (["kv_plan", "bits_per_value"] if with_plan else [])
 
 
 def csv_line(values: list) -> str:
@@ -698,8 +756,9 @@ def csv_text(rows: list[dict]) -> str:
     for kind in ("test", "batched"):
         sel = [r for r in rows if r.get("kind", "test") == kind]
         if sel:
-            out.append(csv_line(csv_fields(kind)))
-            out += [csv_line([r.get(f) for f in csv_fields(kind)]) for r in sel]
+            fields = csv_fields(kind, has_plans(sel))
+            out.append(csv_line(fields))
+            out += [csv_line([r.get(f) for f in fields]) for r in sel]
     return "\n".join(out)
 
 
@@ -710,7 +769,8 @@ def jsonl_line(row: dict) -> str:
 
 def config_label(r: dict) -> str:
     fa = "" if r.get("fa_asked", "auto") == "auto" else f" fa {r['fa_asked']}"
-    return f"{r['type_k']}/{r['type_v']}{fa}"
+    plan = f" {r['kv_plan']}" if r.get("kv_plan") else ""
+    return f"{r['type_k']}/{r['type_v']}{fa}{plan}"
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:

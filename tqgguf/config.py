@@ -728,15 +728,29 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(k for k in environ if k.startswith("TQGGUF_") and k not in VARIABLES)
 
 
+def closest_variable(name: str) -> str | None:
+    """The declared ``TQGGUF_*`` variable closest to ``name`` (a likely typo of it), or None
+    when none is close (difflib ratio of the parts after ``TQGGUF_`` below 0.75):
+    ``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``."""
+    import difflib
+
+    prefix = "TQGGUF_"
+    suffixes = [v[len(prefix):] for v in VARIABLES if v.startswith(prefix)]
+    near = difflib.get_close_matches(name.removeprefix(prefix), suffixes, n=1, cutoff=0.75)
+    return prefix + near[0] if near else None
+
+
 def settings_report(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """JSON-able report for ``tqgguf env --json``: settings (value, source, flags,
-    variables, description), variables (value or None, description) and unknown
-    ``TQGGUF_*`` variables."""
+    variables, description), variables (value or None, description), unknown
+    ``TQGGUF_*`` variables and, for each, the closest declared name (did_you_mean; None
+    when none is close)."""
     environ = os.environ if environ is None else environ
     return {
         "settings": {r.pop("name"): r for r in settings.describe()},
         "variables": {k: {"value": _present(environ, k), "description": d} for k, d in VARIABLES.items()},
         "unknown_variables": unknown_variables(environ),
+        "did_you_mean": {k: closest_variable(k) for k in unknown_variables(environ)},
     }
 
 

@@ -14,7 +14,6 @@ Two kinds, both printed once per process to stderr (never an error: the run goes
 """
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from typing import Callable, Mapping
@@ -88,13 +87,12 @@ def warn_overrides(wanted: Mapping[str, str], meaning: Mapping[str, str], *,
 def unknown_variable_messages(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per set ``TQGGUF_*`` variable that tqgguf does not read, with the
     closest declared name when there is one (``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``)."""
-    from .config import VARIABLES, unknown_variables
+    from .config import closest_variable, unknown_variables
 
     out = []
     for name in unknown_variables(environ):
-        suffixes = [v[len("TQGGUF_"):] for v in VARIABLES if v.startswith("TQGGUF_")]
-        near = difflib.get_close_matches(name[len("TQGGUF_"):], suffixes, n=1, cutoff=0.75)
-        hint = f"; did you mean TQGGUF_{near[0]}?" if near else "; `tqgguf env` lists the variables it reads"
+        near = closest_variable(name)
+        hint = f"; did you mean {near}?" if near else "; `tqgguf env` lists the variables it reads"
         out.append(f"warning: {name} is set but tqgguf does not read it (typo?){hint}")
     return out
 

@@ -296,17 +296,20 @@ class KVPlan:
             out.append(pair)
         return out
 
+    def keeps_defaults(self) -> bool:
+        """True when some layer may keep -ctk/-ctv: the explicit ranges (which never
+        overlap) do not name every layer, or a ``swa`` entry leaves the non-window layers
+        to them."""
+        covered = sum(b - a + 1 for e in self.entries for a, b in e.ranges)
+        return covered < self.n_layer or any(e.swa for e in self.entries)
+
     def k_types(self, ctk: str) -> set[str]:
         """Every K type a layer may get (-ctk included when some layer keeps it)."""
-        named = {e.k for e in self.entries}
-        covered = sum(b - a + 1 for e in self.entries for a, b in e.ranges)
-        return named | ({ctk} if covered < self.n_layer or any(e.swa for e in self.entries) else set())
+        return {e.k for e in self.entries} | ({ctk} if self.keeps_defaults() else set())
 
     def v_types(self, ctv: str) -> set[str]:
         """Every V type a layer may get (-ctv included when some layer keeps it)."""
-        named = {e.v for e in self.entries}
-        covered = sum(b - a + 1 for e in self.entries for a, b in e.ranges)
-        return named | ({ctv} if covered < self.n_layer or any(e.swa for e in self.entries) else set())
+        return {e.v for e in self.entries} | ({ctv} if self.keeps_defaults() else set())
 
 
 def read_plan_file(path: str | os.PathLike, model_path: str | os.PathLike) -> tuple[list[Entry], dict]:
@@ -332,6 +335,36 @@ def is_plan_file(value: str) -> bool:
     """True when a ``--kv-plan`` value names a file rather than a map."""
     v = str(value).strip()
     return v.endswith(".json") or (":" not in v and Path(os.path.expanduser(v)).is_file())
+
+
+def parse_plan_axes(boundary: str = "0", swa: str = "none", maps: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """The layer-plan axis of ``tqgguf sweep`` and ``tqgguf bench``: every --kv-boundary
+    (comma list of N[:K/V], 0 = none) × --kv-swa (comma list of K/V or T, none) × --kv-plan
+    (each a map or file; none given = none) combination, as canonical (boundary, swa, map)
+    texts ("" = not set). Raises KVPlanError for a malformed item or an empty list item."""
+    def items(value: str, what: str) -> list[str]:
+        out = [x.strip() for x in str(value).split(",")]
+        if not str(value).strip() or any(not x for x in out):
+            raise KVPlanError(f"{what}: empty list or empty item in {value!r}; give a comma list")
+        return out
+
+    bs = []
+    for item in items(boundary, "--kv-boundary"):
+        n, k, v = parse_boundary(item)
+        bs.append(f"{n}:{k}/{v}" if n else "")
+    ss = []
+    for item in items(swa, "--kv-swa"):
+        ss.append("" if item.lower() == "none" else "/".join(parse_pair(item, "--kv-swa")))
+    ms = []
+    for item in maps or ("none",):
+        item = str(item).strip()
+        ms.append("" if item.lower() == "none" else item if is_plan_file(item) else ";".join(map(str, parse_map(item))))
+    return list(dict.fromkeys((b, s, m) for b in bs for s in ss for m in ms))
+
+
+def plan_label(plan: tuple[str, str, str]) -> str:
+    """A (boundary, swa, map) axis point as the flags that give it ("" = no plan)."""
+    return " ".join(f"--kv-{n} {v}" for n, v in zip(("boundary", "swa", "plan"), plan) if v)
 
 
 def build_plan(model_path: str | os.PathLike, *, boundary: object = None, swa: object = None,

@@ -8,7 +8,12 @@
    s[l, side, t]. f16 has s = 0.
 2. **Prediction.** A plan's KLD is predicted as the sum of its choices' s (first-order:
    small independent perturbations of the output distribution add; HAWQ-style mixed
-   precision makes the same additivity assumption for weights, Dong et al., 2019).
+   precision makes the same additivity assumption for weights, Dong et al., 2019), with
+   one correction: lowering any layer's K (V) switches the Hadamard rotation on for the
+   whole K (V) cache, which alone costs a KLD floor that every single-layer s contains
+   (measured on SmolLM2, pydoc corpus: one layer's K at q8_0 0.0036, all 30 layers' K at
+   q8_0 0.0040). The floor of a side is taken as its smallest s; each s counts only above
+   it, and the floor once per side that has a lowered cache.
 3. **Choice.** Minimise the predicted KLD subject to the average bits per stored value
    (each layer's K and V weighted by its values per token) ≤ B: a multiple-choice knapsack,
    solved exactly by dynamic programming over bits in 1/32-bit steps.
@@ -18,6 +23,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -68,55 +74,148 @@ def check_budget(bits: float, types: tuple[str, ...]) -> None:
         raise MixError(f"--bits {bits:g} is above f16 (16 bits/value): nothing to choose")
 
 
+def store_path(out_dir: str | os.PathLike, model_path: str | os.PathLike, text: str, n_ctx: int, chunks: int) -> Path:
+    """Where :func:`measure` keeps the sensitivities of this model file, calibration text,
+    n_ctx and chunk count (so a rerun resumes and another budget reuses them):
+    ``OUT_DIR/<model stem>.kv-sens-<12 hex of sha256(model sha256, text sha256, n_ctx, chunks)>.jsonl``."""
+    key = json.dumps([sha256_file_cached(model_path), hashlib.sha256(text.encode()).hexdigest(), n_ctx, chunks])
+    return Path(out_dir) / f"{Path(model_path).stem}.kv-sens-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsonl"
+
+
+def _load_store(path: Path | None) -> dict[tuple[int, str, str], float]:
+    """Measurements already in ``path`` (a line cut by a kill is skipped: that one reruns)."""
+    done: dict[tuple[int, str, str], float] = {}
+    if path is None or not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            done[(int(row["layer"]), str(row["side"]), str(row["type"]))] = float(row["kld"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
 def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] = DEFAULT_TYPES, n_ctx: int = 256,
-            chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> Sensitivity:
+            chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None,
+            store: str | os.PathLike | None = None) -> Sensitivity:
     """Measure :class:`Sensitivity` of every layer's K and V on ``text``.
 
     n_ctx: tokens per chunk (the second half of each is scored); chunks: how many.
-    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens.
-    Raises MixError for a text shorter than one chunk, EngineError from the engine.
+    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
+    (:func:`store_path` names one per model/text/n_ctx/chunks) that each measurement is
+    appended to as it is made; measurements already there are not repeated.
+    Raises MixError for a text shorter than one chunk, EngineError from the engine,
+    OSError when the store cannot be written.
     """
+    store = Path(store) if store is not None else None
+    done = _load_store(store)
     layers = model_layers(model_path)
+    todo = [(il, side, t) for il in range(layers.n_layer) for side in ("k", "v") for t in types
+            if (il, side, t) not in done]
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, with_logits=bool(todo))
+    out: dict[tuple[int, str, str], float] = {}
+    for il in range(layers.n_layer):
+        for side in ("k", "v"):
+            for t in types:
+                if (il, side, t) in done:
+                    out[(il, side, t)] = done[(il, side, t)]
+                    continue
+                kt, vt = (t, "f16") if side == "k" else ("f16", t)
+                out[(il, side, t)] = _plan_kld(model_path, cal, f"{il}:{kt}/{vt}", n_threads)
+                if store is not None:
+                    with open(store, "a") as f:
+                        f.write(json.dumps({"layer": il, "side": side, "type": t, "kld": out[(il, side, t)]}) + "\n")
+                if progress:
+                    progress(f"layer {il} {side.upper()} {t}: KLD {out[(il, side, t)]:.6f}")
+    return Sensitivity(out, layers.n_layer, tuple(types), cal.scored)
+
+
+@dataclass
+class _Calibration:
+    """Calibration tokens and, when computed, the f16 logits' rows (encode_base_rows) per chunk."""
+
+    tokens: np.ndarray
+    n_ctx: int
+    n_chunk: int
+    rows: list
+
+    @property
+    def scored(self) -> int:
+        return self.n_chunk * (self.n_ctx - 1 - self.n_ctx // 2)
+
+
+def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | None, *,
+               with_logits: bool = True) -> _Calibration:
+    """Tokenize ``text`` and (with_logits) compute the f16/f16 logits of its first chunks."""
     base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
                       k_center="auto")
     try:
         tokens = tokenize(base, text)
         if len(tokens) < n_ctx:
             raise MixError(f"the calibration text has {len(tokens)} tokens, shorter than one chunk of n_ctx {n_ctx}; "
-                           "give a longer text (-f) or a smaller --ctx")
+                           "give a longer text (-f) or a smaller -c")
         n_chunk = min(chunks, len(tokens) // n_ctx)
-        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)]
+        rows = [encode_base_rows(lg) for _, lg in chunk_logits(base, tokens, n_ctx, min(n_ctx, 512), n_chunk)] \
+            if with_logits else []  # everything stored: the f16 logits are not needed
     finally:
         base.close()
-    first = n_ctx // 2
-    out: dict[tuple[int, str, str], float] = {}
-    for il in range(layers.n_layer):
-        for side in ("k", "v"):
-            for t in types:
-                kt, vt = (t, "f16") if side == "k" else ("f16", t)
-                eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                                 kv_plan=f"{il}:{kt}/{vt}", k_center="auto")
-                try:
-                    st = KLDStats()
-                    for c, lg in chunk_logits(eng, tokens, n_ctx, min(n_ctx, 512), n_chunk):
-                        st.add(lg, rows[c], tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
-                finally:
-                    eng.close()
-                out[(il, side, t)] = st.sum_kld / st.count
-                if progress:
-                    progress(f"layer {il} {side.upper()} {t}: KLD {out[(il, side, t)]:.6f}")
-    return Sensitivity(out, layers.n_layer, tuple(types), n_chunk * (n_ctx - 1 - first))
+    return _Calibration(tokens, n_ctx, n_chunk, rows)
+
+
+def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None) -> float:
+    """Mean KLD against f16 over the calibration chunks with ``kv_plan`` (other layers f16/f16)."""
+    n_ctx, first = cal.n_ctx, cal.n_ctx // 2
+    eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
+                     kv_plan=kv_plan, k_center="auto")
+    try:
+        st = KLDStats()
+        for c, lg in chunk_logits(eng, cal.tokens, n_ctx, min(n_ctx, 512), cal.n_chunk):
+            st.add(lg, cal.rows[c], cal.tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
+    finally:
+        eng.close()
+    return st.sum_kld / st.count
+
+
+def measure_plans(model_path: str | os.PathLike, text: str, plans: list[str], *, n_ctx: int = 256, chunks: int = 2,
+                  n_threads: int | None = None) -> list[float]:
+    """The measured mean KLD against f16 of each whole plan (an explicit map, -ctk/-ctv f16
+    elsewhere) on the calibration chunks :func:`measure` used: how well the additive
+    prediction held on the text it was made from. Costs 1 + len(plans) runs."""
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads)
+    return [_plan_kld(model_path, cal, p, n_threads) for p in plans]
+
+
+def floors(sens: Sensitivity) -> dict[str, float]:
+    """The KLD floor of each side ("k", "v"): its smallest single-layer sensitivity (>= 0),
+    what switching the side's rotation on costs before any quantization error (module doc)."""
+    return {side: max(0.0, min((v for (_, s, _), v in sens.kld.items() if s == side), default=0.0))
+            for side in ("k", "v")}
+
+
+def predict(sens: Sensitivity, types: list[tuple[str, str]]) -> float:
+    """Predicted mean KLD of per-layer (K, V) ``types``: the sum of each lowered cache's
+    sensitivity above its side's floor, plus the floor once per side with a lowered cache."""
+    fl = floors(sens)
+    total = 0.0
+    for side, col in (("k", 0), ("v", 1)):
+        lowered = [(il, pair[col]) for il, pair in enumerate(types) if pair[col] != "f16"]
+        total += sum(sens.kld[(il, side, t)] - fl[side] for il, t in lowered) + (fl[side] if lowered else 0.0)
+    return total
 
 
 def choose(sens: Sensitivity, bits: float, *, head_k: int = 1, head_v: int = 1) -> tuple[list[tuple[str, str]], float, float]:
-    """Per-layer (K, V) types minimising the summed sensitivity with average bits ≤ ``bits``.
+    """Per-layer (K, V) types minimising the summed sensitivity above each side's floor with
+    average bits ≤ ``bits`` (the floor itself, paid once per lowered side, is added to the
+    prediction but not weighed by the choice: below 8 bits/value both sides are lowered).
 
     head_k / head_v weigh K and V by their values per token. Returns (types per layer,
-    predicted KLD, achieved bits/value). Raises MixError when the budget is below the
-    smallest type.
+    predicted KLD (:func:`predict`), achieved bits/value). Raises MixError when the budget
+    is below the smallest type.
     """
     options = ("f16",) + sens.types
     check_budget(bits, sens.types)
+    fl = floors(sens)
     g = math.gcd(head_k, head_v)
     wk, wv = head_k // g, head_v // g
     groups = [(il, side, wk if side == "k" else wv) for il in range(sens.n_layer) for side in ("k", "v")]
@@ -134,7 +233,7 @@ def choose(sens: Sensitivity, bits: float, *, head_k: int = 1, head_v: int = 1) 
             c = cost[t] * w
             if c > cap:
                 continue
-            val = 0.0 if t == "f16" else sens.kld[(il, side, t)]
+            val = 0.0 if t == "f16" else sens.kld[(il, side, t)] - fl[side]
             cand = np.full(cap + 1, INF)
             cand[c:] = best[:cap + 1 - c] + val
             better = cand < nxt
@@ -152,8 +251,7 @@ def choose(sens: Sensitivity, bits: float, *, head_k: int = 1, head_v: int = 1) 
         end -= cost[t] * w
     types = [(chosen[(il, "k")], chosen[(il, "v")]) for il in range(sens.n_layer)]
     achieved = sum(bits_of(k) * head_k + bits_of(v) * head_v for k, v in types) / (sens.n_layer * (head_k + head_v))
-    predicted = sum(0.0 if t == "f16" else sens.kld[(il, s, t)] for (il, s), t in chosen.items())
-    return types, predicted, achieved
+    return types, predict(sens, types), achieved
 
 
 def plan_map(types: list[tuple[str, str]]) -> str:
@@ -173,11 +271,14 @@ def plan_map(types: list[tuple[str, str]]) -> str:
 
 
 def write_plan(path: str | os.PathLike, model_path: str | os.PathLike, types: list[tuple[str, str]], *,
-               bits: float, predicted: float, achieved: float, sens: Sensitivity, text_label: str) -> dict:
-    """Write the plan file (tqgguf.kvplan format) atomically; return its content."""
+               bits: float, predicted: float, achieved: float, sens: Sensitivity, text_label: str,
+               measured: float | None = None) -> dict:
+    """Write the plan file (tqgguf.kvplan format) atomically; return its content. measured:
+    the whole plan's KLD on the calibration chunks (:func:`measure_plans`), if known."""
     doc = {"format": PLAN_FILE_FORMAT, "model": Path(model_path).name, "model_sha256": sha256_file_cached(model_path),
            "n_layer": len(types), "plan": plan_map(types), "budget_bits_per_value": bits,
-           "bits_per_value": achieved, "predicted_kld": predicted, "calibration_text": text_label,
+           "bits_per_value": achieved, "predicted_kld": predicted, "measured_calibration_kld": measured,
+           "calibration_text": text_label,
            "calibration_tokens_scored": sens.tokens, "types": list(sens.types),
            "sensitivity": {f"{il}.{s}.{t}": v for (il, s, t), v in sorted(sens.kld.items())}}
     with atomic_output(path) as tmp:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
-from .options import gpu_layers_option
+from .options import gpu_layers_option, kv_plan_options
 
 _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
 
@@ -32,6 +32,7 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
               help="Timed repetitions per test (t/s is their mean ± standard deviation).")
 @click.option("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores).")
 @gpu_layers_option()
+@kv_plan_options(grid=True)
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "csv", "jsonl"]), default="md", show_default=True,
               help="Format printed to stdout as results come.")
 @click.option("--dir", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -49,11 +50,12 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
                    "only, the model's outputs there mean nothing. llama-bench does not check.")
 @click.option("--no-plot", is_flag=True, help="Do not write bench.png.")
 def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, reps, threads, n_gpu_layers,
-            fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train, no_plot):
+            kv_boundary, kv_swa, kv_plan, fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train, no_plot):
     """Tokens per second of MODEL (a GGUF path or a name from `tqgguf models list`) for every
-    K x V x fa x depth combination, measured the way llama-bench does (pp and tg tests,
-    t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table."""
+    K x V x fa x layer plan x depth combination, measured the way llama-bench does (pp and
+    tg tests, t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table."""
     from .. import bench
+    from ..kvplan import parse_plan_axes
     from ..models import ModelError, resolve_model
     from ..runtime import EngineError
 
@@ -65,14 +67,15 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         ps = bench.parse_int_list(n_prompt, "-p", minimum=0)
         ns = bench.parse_int_list(n_gen, "-n", minimum=0)
         ds = bench.parse_int_list(n_depth, "-d", minimum=0)
+        plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
         bspec = None
         if batched:
             bspec = bench.BatchedSpec(tuple(bench.parse_int_list(npp, "-npp", minimum=1)),
                                       tuple(bench.parse_int_list(ntg, "-ntg", minimum=1)),
                                       tuple(bench.parse_int_list(npl, "-npl", minimum=1)))
         path = resolve_model(model)
-        spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds),
-                               configs=bench.configs_of(ks, vs, fas), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
+        spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds, plans),
+                               configs=bench.configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
                                n_threads=threads, n_gpu_layers=n_gpu_layers, warmup=not no_warmup, batched=bspec,
                                beyond_train=beyond_train,
                                out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
@@ -83,6 +86,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         raise click.ClickException(str(e)) from e
 
     state = {"test_header": False, "batched_header": False, "csv": set()}
+    with_plan = bench.has_plans(spec)  # the table's columns are fixed before the first row comes
     all_rows: list[dict] = []
 
     def show(row: dict, resumed: bool) -> None:
@@ -93,18 +97,19 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         elif fmt == "csv":
             if kind not in state["csv"]:
                 state["csv"].add(kind)
-                click.echo(bench.csv_line(bench.csv_fields(kind)))
-            click.echo(bench.csv_line([row.get(f) for f in bench.csv_fields(kind)]))
+                click.echo(bench.csv_line(bench.csv_fields(kind, with_plan)))
+            click.echo(bench.csv_line([row.get(f) for f in bench.csv_fields(kind, with_plan)]))
         elif kind == "test":
+            cols = bench.test_columns([row], with_plan)
             if not state["test_header"]:
                 state["test_header"] = True
-                click.echo(bench.markdown_header([row]))
-            click.echo(bench.markdown_row(row))
+                click.echo(bench.markdown_header([row], cols))
+            click.echo(bench.markdown_row(row, cols))
         else:
             if not state["batched_header"]:
                 state["batched_header"] = True
-                click.echo(("\n" if state["test_header"] else "") + bench.batched_header())
-            click.echo(bench.batched_row(row))
+                click.echo(("\n" if state["test_header"] else "") + bench.batched_header(with_plan))
+            click.echo(bench.batched_row(row, with_plan))
 
     def log(msg: str) -> None:
         click.echo(f"bench: {msg}", err=True)

@@ -49,5 +49,7 @@ def command(as_json: bool) -> None:
     for name, row in report["variables"].items():
         v.add_row(name, "-" if row["value"] is None else repr(row["value"]), row["description"])
     console.print(v)
-    for name in report["unknown_variables"]:
-        console.print(f"[yellow]warning:[/yellow] {name} is set but tqgguf does not read it (typo?)")
+    for name, near in report["did_you_mean"].items():
+        hint = f"; did you mean {near}?" if near else ""
+        console.print(f"[yellow]warning:[/yellow] {name} is set but tqgguf does not read it (typo?){hint}",
+                      highlight=False)

@@ -28,7 +28,8 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
     average bits/value <= --bits, and write the plan with the model's sha256. Apply it
     with --kv-plan FILE (ppl, sweep, serve)."""
     from ..kvplan import KVPlanError
-    from ..mix import MixError, check_budget, choose, measure, parse_types, write_plan
+    from ..mix import (MixError, check_budget, choose, measure, measure_plans, parse_types, plan_map, store_path,
+                       write_plan)
     from ..models import ModelError, resolve_model
     from ..runtime import EngineError
     from ..texts import builtin_corpus
@@ -50,19 +51,29 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
     from ..kvplan import model_layers
 
     layers = model_layers(path)
+    first_out = Path(str(out).replace("{bits}", f"{bits[0]:g}")) if out else path
+    store = store_path(first_out.parent, path, text, n_ctx, chunks)
     click.echo(f"mix: {path.name}, {layers.n_layer} layers x K,V x {', '.join(cand)}: "
-               f"{1 + 2 * layers.n_layer * len(cand)} runs over {chunks} x {n_ctx} tokens of {label}", err=True)
+               f"{1 + 2 * layers.n_layer * len(cand)} runs over {chunks} x {n_ctx} tokens of {label}; "
+               f"measurements go to {store} (a rerun, or another --bits, reuses them)", err=True)
     try:
         sens = measure(path, text, types=cand, n_ctx=n_ctx, chunks=chunks, n_threads=threads,
-                       progress=lambda m: click.echo("  " + m, err=True))
+                       progress=lambda m: click.echo("  " + m, err=True), store=store)
     except MixError as e:
         raise click.UsageError(str(e)) from e
+    except (EngineError, EngineNotBuiltError, OSError) as e:
+        raise click.ClickException(str(e)) from e
+    chosen = [choose(sens, b, head_k=layers.head_k, head_v=layers.head_v) for b in bits]
+    try:  # the whole plans on the same calibration chunks: did the additive prediction hold?
+        checked = measure_plans(path, text, [plan_map(c[0]) for c in chosen], n_ctx=n_ctx, chunks=chunks,
+                                n_threads=threads)
     except (EngineError, EngineNotBuiltError) as e:
         raise click.ClickException(str(e)) from e
-    for b in bits:
-        plan, predicted, achieved = choose(sens, b, head_k=layers.head_k, head_v=layers.head_v)
+    for b, (plan, predicted, achieved), measured in zip(bits, chosen, checked):
         dest = Path(str(out).replace("{bits}", f"{b:g}")) if out else \
             path.with_name(f"{path.stem}.kv-plan-{b:g}.json")
-        doc = write_plan(dest, path, plan, bits=b, predicted=predicted, achieved=achieved, sens=sens, text_label=label)
-        click.echo(f"--bits {b:g}: {achieved:.3f} bits/value, predicted KLD {predicted:.6f}: {doc['plan']}")
+        doc = write_plan(dest, path, plan, bits=b, predicted=predicted, achieved=achieved, sens=sens, text_label=label,
+                         measured=measured)
+        click.echo(f"--bits {b:g}: {achieved:.3f} bits/value, predicted KLD {predicted:.6f}, measured on the "
+                   f"calibration text {measured:.6f}: {doc['plan']}")
         click.echo(f"  wrote {dest}; use: --ctk f16 --ctv f16 --kv-plan {dest}")

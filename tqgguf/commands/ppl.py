@@ -68,7 +68,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
         f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
     if engine.kv_plan:
-        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}, others {ctk}/{ctv}; "
+        others = f", others {ctk}/{ctv}" if engine.kv_plan.keeps_defaults() else ""  # a full plan leaves none
+        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}{others}; "
             f"{r.kv_bytes_per_token} bytes per token, {r.bits_per_value:.3f} bits/value", err=True)
     kc = str(engine.k_center)
     if engine.k_center_reason:

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..cachetypes import CacheTypeError, EngineNotBuiltError, is_quantized
-from ..sweep.grid import expand, parse_k_centers, parse_plan_axes, parse_rot, parse_types
+from ..kvplan import build_plan, parse_plan_axes
+from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
 from .options import cache_type_options, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
 
 console = Console(stderr=True)
@@ -54,7 +55,11 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
         text = resolve_text(text_file)
         path = resolve_model(model)
         if "auto" in kcs:  # what auto means for this model with the grid's quantized K types (else off anyway)
-            quant_k = {t for t in parse_types(ctk, "--ctk") if is_quantized(t)} or {"f16"}
+            quant_k = {t for t in parse_types(ctk, "--ctk") if is_quantized(t)}
+            for b, s, m in plans:  # a plan's layers may quantize K under -ctk f16 (a tqgguf mix plan)
+                built = build_plan(path, boundary=b or None, swa=s or None, plan=m or None)
+                quant_k |= {t for t in built.k_types("f16") if is_quantized(t)} if built else set()
+            quant_k = quant_k or {"f16"}
             mode, why = resolve_auto(path, quant_k)
             console.print(f"k-center auto -> {mode} for quantized K: {why}")
             kcs = list(dict.fromkeys(str(mode) if c == "auto" else c for c in kcs))

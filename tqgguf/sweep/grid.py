@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..cachetypes import check_cache_type, is_quantized
 from ..config import parse_k_center
-from ..kvplan import is_plan_file, parse_boundary, parse_map, parse_pair
+from ..kvplan import plan_label
 
 DEFAULT_K = ("f16", "q8_0", "q4_0", "turbo4", "turbo3")
 DEFAULT_V = ("q8_0", "q4_0", "turbo4", "turbo3")
@@ -31,8 +31,7 @@ class Config:
     @property
     def plan_label(self) -> str:
         """The layer plan as flags ("" = none)."""
-        return " ".join(f"--kv-{n} {v}" for n, v in (("boundary", self.boundary), ("swa", self.swa),
-                                                      ("plan", self.kvmap)) if v)
+        return plan_label((self.boundary, self.swa, self.kvmap))
 
     @property
     def key(self) -> str:
@@ -78,25 +77,6 @@ def parse_k_centers(value: str) -> list[str]:
     """Comma list of ``--k-center`` values -> canonical names (KCenterError, a ValueError,
     for an unknown one)."""
     return list(dict.fromkeys(str(parse_k_center(item)) for item in parse_list(value, "--k-center")))
-
-
-def parse_plan_axes(boundary: str = "0", swa: str = "none", maps: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
-    """The layer-plan axis: every --kv-boundary (comma list of N[:K/V], 0 = none) ×
-    --kv-swa (comma list of K/V or T, none) × --kv-plan (each a map or file; none given
-    = none) combination, as canonical (boundary, swa, map) texts ("" = not set).
-    Raises KVPlanError (a ValueError) for a malformed item."""
-    bs = []
-    for item in parse_list(boundary, "--kv-boundary"):
-        n, k, v = parse_boundary(item)
-        bs.append(f"{n}:{k}/{v}" if n else "")
-    ss = []
-    for item in parse_list(swa, "--kv-swa"):
-        ss.append("" if item.lower() == "none" else "/".join(parse_pair(item, "--kv-swa")))
-    ms = []
-    for item in maps or ("none",):
-        item = str(item).strip()
-        ms.append("" if item.lower() == "none" else item if is_plan_file(item) else ";".join(map(str, parse_map(item))))
-    return list(dict.fromkeys((b, s, m) for b in bs for s in ss for m in ms))
 
 
 def expand(ctk: list[str], ctv: list[str], rot: list[bool], kc: list[str] = ("off",), *,
