@@ -314,6 +314,9 @@ def test_gemma_swa_layers_at_f16_keep_the_global_layers_quantized(model_file):
         layers = dict(part.split(" ", 1) for cache in r.kv_plan_layers.split(" | ") for part in cache.split(", "))
         assert layers.get("5") == "turbo3/turbo3" and layers.get("11") == "turbo3/turbo3"
         assert layers.get("0-4") == "f16/f16"
+        # the two caches' report lines: an f16 one and a turbo3 one make a mixed, rotated cache
+        assert (r.k_type, r.v_type) == ("mixed", "mixed")
+        assert r.attn_rot_k and r.attn_rot_v
     finally:
         eng.close()
 
@@ -326,6 +329,8 @@ def test_kv_plan_cli_refuses_before_loading(model_file):
     res = CliRunner().invoke(main, ["ppl", str(model_file(QWEN)), "--kv-plan", "0-1,28-29:q8_0/q8_0", "--chunks", "1"])
     assert res.exit_code != 0 and "has 24 layers (0-23)" in res.output, res.output
     assert not os.environ.get("LLAMA_KV_PLAN")
+    res = CliRunner().invoke(main, ["ppl", str(model_file(QWEN)), "--kv-boundary", "abc", "--chunks", "1"])
+    assert res.exit_code == 2 and res.output.count("--kv-boundary 'abc'") == 1 and "give N[:K/V]" in res.output, res.output
 
 
 # ----------------------------------------------------------------------------- tqgguf mix
@@ -377,6 +382,9 @@ def test_mix_refuses_a_budget_below_the_smallest_type():
     with pytest.raises(MixError, match=r"--bits 2 is below the smallest type: turbo3 stores 3\.\d+ bits/value"):
         choose(_sens(1, {}), 2.0)
     assert bits_of("turbo3") > 2.0
+    for bad in (float("nan"), float("inf")):  # nan compares false with every bound
+        with pytest.raises(MixError, match=r"is not a number of bits per value"):
+            choose(_sens(1, {}), bad)
 
 
 @pytest.mark.engine

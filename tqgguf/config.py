@@ -675,8 +675,10 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
                 parsed = parse(raw)
             except ValueError as e:
                 what = f"{src.name} {raw!r}" if src.kind == "flag" else f"{src.name}={raw!r}"
-                if f"{what}: {e}" not in errors:
-                    errors.append(f"{what}: {e}")
+                # a parser that already names the flag and value (kvplan's) is not prefixed again
+                msg = str(e) if str(e).startswith(what) else f"{what}: {e}"
+                if msg not in errors:
+                    errors.append(msg)
                 break
             if parsed is UNSET:
                 continue

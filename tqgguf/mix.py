@@ -65,7 +65,10 @@ def bits_of(t: str) -> float:
 
 
 def check_budget(bits: float, types: tuple[str, ...]) -> None:
-    """Raise MixError when ``bits`` is below the smallest candidate type or above f16."""
+    """Raise MixError when ``bits`` is not a finite number, below the smallest candidate type or above f16."""
+    if not math.isfinite(bits):
+        raise MixError(f"--bits {bits:g} is not a number of bits per value; give one between the smallest "
+                       f"type's and 16, e.g. --bits 4.25")
     low = min(types, key=bits_of)
     if bits < bits_of(low):
         raise MixError(f"--bits {bits:g} is below the smallest type: {low} stores {bits_of(low):.4g} bits/value; "

@@ -64,15 +64,22 @@ _KV_LINE = re.compile(r"size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,.*K \((\w+)\):\
 def parse_kv_report(log: str) -> KVReport:
     """Parse llama.cpp's context-creation log (llama-kv-cache.cpp / llama-context.cpp lines)."""
     r = KVReport(log=log)
-    for m in _KV_LINE.finditer(log):
-        r.k_type, r.v_type = m.group(3), m.group(5)
+    k_types: set[str] = set()
+    v_types: set[str] = set()
+    for m in _KV_LINE.finditer(log):  # one line per cache (Gemma-3: a sliding-window and a global one)
+        k_types.add(m.group(3))
+        v_types.add(m.group(5))
         r.k_mib += float(m.group(4))
         r.v_mib += float(m.group(6))
         r.cells = max(r.cells, int(m.group(2)))
+    if k_types:
+        r.k_type = k_types.pop() if len(k_types) == 1 else "mixed"
+        r.v_type = v_types.pop() if len(v_types) == 1 else "mixed"
+    # per cache as well; the rotation is on when any cache rotates (an f16 cache never does)
     rot_k = re.findall(r"attn_rot_k = (\d)", log)
     rot_v = re.findall(r"attn_rot_v = (\d)", log)
-    r.attn_rot_k = bool(int(rot_k[-1])) if rot_k else None
-    r.attn_rot_v = bool(int(rot_v[-1])) if rot_v else None
+    r.attn_rot_k = any(x == "1" for x in rot_k) if rot_k else None
+    r.attn_rot_v = any(x == "1" for x in rot_v) if rot_v else None
     fa = re.findall(r"flash_attn\s*=\s*(\w+)", log)
     r.flash_attn = fa[-1] if fa else ""
     ctx = re.findall(r"llama_context: n_ctx\s*=\s*(\d+)", log)
