@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,24 +93,32 @@ def main() -> int:
                     key = (k, v, test_name(r))
                     n = r["n_prompt"] + r["n_gen"]
                     (ours if who == "tqgguf" else theirs).setdefault(key, []).append(
-                        (r["avg_ts"], max(1e9 * n / ns for ns in r["samples_ns"])))
+                        (r["avg_ts"], [1e9 * n / ns for ns in r["samples_ns"]]))
     print(f"load average after: {load()}\n")
-    # mean: llama-bench's avg_ts averaged over rounds; best: the fastest repetition of all
-    # rounds (robust to bursts of load from other processes on a shared machine)
-    print("| K/V | test | llama-bench t/s | tqgguf bench t/s | ratio | llama-bench best rep | tqgguf best rep | ratio (best) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    ratios, best_ratios = [], []
+    # mean: llama-bench's avg_ts averaged over rounds; median: of every repetition of all
+    # rounds (a GPU pp512 of a small model takes milliseconds and its repetitions spread by
+    # 20%, so one slow repetition moves the mean); best: the fastest repetition (robust to
+    # bursts of load from other processes on a shared machine)
+    print("| K/V | test | llama-bench t/s | tqgguf bench t/s | ratio | llama-bench median | tqgguf median | "
+          "ratio (median) | llama-bench best rep | tqgguf best rep | ratio (best) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratios, med_ratios, best_ratios = [], [], []
     for key in theirs:
         if key not in ours:
             continue
         lb_ts = sum(x[0] for x in theirs[key]) / len(theirs[key])
         tq_ts = sum(x[0] for x in ours[key]) / len(ours[key])
-        lb_best, tq_best = max(x[1] for x in theirs[key]), max(x[1] for x in ours[key])
+        lb_all = [t for x in theirs[key] for t in x[1]]
+        tq_all = [t for x in ours[key] for t in x[1]]
+        lb_med, tq_med = statistics.median(lb_all), statistics.median(tq_all)
+        lb_best, tq_best = max(lb_all), max(tq_all)
         ratios.append(tq_ts / lb_ts)
+        med_ratios.append(tq_med / lb_med)
         best_ratios.append(tq_best / lb_best)
         print(f"| {key[0]}/{key[1]} | {key[2]} | {lb_ts:.2f} | {tq_ts:.2f} | {tq_ts / lb_ts:.3f} | "
+              f"{lb_med:.2f} | {tq_med:.2f} | {tq_med / lb_med:.3f} | "
               f"{lb_best:.2f} | {tq_best:.2f} | {tq_best / lb_best:.3f} |")
-    for name, rs in (("mean t/s", ratios), ("best rep", best_ratios)):
+    for name, rs in (("mean t/s", ratios), ("median rep", med_ratios), ("best rep", best_ratios)):
         if rs:
             print(f"ratio tqgguf/llama-bench ({name}): min {min(rs):.3f}, max {max(rs):.3f}, "
                   f"mean {sum(rs) / len(rs):.3f} over {len(rs)} tests")

@@ -82,6 +82,6 @@ if [[ ${BENCH:-1} != 0 ]]; then
     # issue 12: `tqgguf bench` (the Python engine, in-process) vs llama-bench, same binary tree, same run
     # shellcheck disable=SC2086
     "$PY" "$ROOT/scripts/bench_vs_llama_bench.py" --llama-bench "$BIN/llama-bench" --model "$MODEL" \
-        ${BENCH_ARGS:---kv q8_0/q8_0,turbo4/turbo4 -p 512 -n 128 -d 0,8192 -r 3 -ngl $NGL} \
+        ${BENCH_ARGS:---kv q8_0/q8_0,turbo4/turbo4 -p 512 -n 128 -d 0,8192 -r 10 -ngl $NGL} \
         --out "$W/bench" 2>&1 | tee "$OUT/bench.txt" || true
 fi
