@@ -3,7 +3,8 @@
 # fit the device tool's calls. Everything lives in /tmp/tqc there; logs go to $OUT (or ./out).
 #
 #   scripts/device_cuda_pack.sh            (here) .device/cuda/tree.tar.xz + model pieces
-#   scripts/device_cuda.sh stage           unpack and build (about 6 minutes on 16 cores)
+#   scripts/device_cuda.sh stage           unpack and build (about 6 minutes on 16 cores; TARGETS="..." picks
+#                                          the tools, SERVER=0 leaves llama-server out)
 #   scripts/device_cuda.sh parts           copy carried model pieces (.device/cuda/parts/*)
 #   scripts/device_cuda.sh check           wait for the build; test-backend-ops (turbo cases of
 #                                          SET_ROWS, GET_ROWS, CPY, FLASH_ATTN_EXT) and the
@@ -38,15 +39,17 @@ stage)
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
-        && cmake --build $W/build -j \$(nproc) --target test-backend-ops llama-perplexity llama-bench llama-batched-bench llama-completion \
+        && cmake --build $W/build -j \$(nproc) --target ${TARGETS:-test-backend-ops llama-perplexity llama-bench llama-batched-bench llama-completion} \
         && g++ -O2 -std=c++17 scripts/cuda/turbo_codec_check.cpp -I$W/llama.cpp/ggml/include -L$BIN -Wl,-rpath,$BIN \
                -lggml -lggml-base -lggml-cpu -lggml-cuda -o $BIN/turbo-codec-check \
         && nvcc -O2 -o $BIN/copy-bandwidth scripts/cuda/copy_bandwidth.cu \
         && touch $W/built || touch $W/failed" > "$W/build.log" 2>&1
     tail -3 "$W/build.log"
-    # llama-server apart: the checks do not wait for it, and its failure does not stop them
-    cmake --build $W/build -j "$(nproc)" --target llama-server > "$W/server-build.log" 2>&1 || echo "llama-server build failed"
-    tail -2 "$W/server-build.log"
+    # llama-server apart: the checks do not wait for it, and its failure does not stop them (SERVER=0: not built)
+    if [ "${SERVER:-1}" != 0 ]; then
+        cmake --build $W/build -j "$(nproc)" --target llama-server > "$W/server-build.log" 2>&1 || echo "llama-server build failed"
+        tail -2 "$W/server-build.log"
+    fi
     ;&
 parts)
     if [ -d .device/cuda/parts ]; then cp -n .device/cuda/parts/* "$W/parts/" 2>/dev/null || true; fi
