@@ -241,6 +241,19 @@ def test_env_command_table_lists_every_variable():
     assert "10m" in r.output
 
 
+def test_env_command_at_80_columns_keeps_names_whole_and_lines_short():
+    r = CliRunner().invoke(main, ["env"], env={**_clean_env(OLLAMA_KV_CACHE_TYPE="q8_0"), "COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    words = set(r.output.replace(",", " ").replace(";", " ").split())
+    for var in VARIABLES:  # every variable whole on one line, not folded mid-word as in a narrow table
+        assert var in words, var
+    for name in resolve_settings({}, {}).describe():
+        assert name["name"] in words
+    assert "cache_type_k = q8_0  (env OLLAMA_KV_CACHE_TYPE='q8_0')" in lines
+
+
 def test_env_command_suggests_the_declared_name_for_a_typo():
     r = CliRunner().invoke(main, ["env"], env={**_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1"), "COLUMNS": "250"})
     assert r.exit_code == 0, r.output

@@ -132,6 +132,17 @@ def test_resolve_model_refuses_junk_listing_the_names(tmp_models):
     assert all(name in str(e.value) for name in MODELS)
 
 
+def test_resolve_model_names_the_closest_model_for_a_typo(tmp_models):
+    with pytest.raises(ModelError, match="did you mean smollm2-135m\\?") as e:
+        models.resolve_model("SmolLM2-13m")
+    assert all(name in str(e.value) for name in MODELS)
+    with pytest.raises(ModelError) as e:
+        models.resolve_model("llama-3-70b")
+    assert "did you mean" not in str(e.value)
+    with pytest.raises(ModelError, match="unknown model 'gema3-270m'; did you mean gemma3-270m\\?"):
+        models.pull("gema3-270m")
+
+
 def test_resolve_model_without_pulling_says_how_to_pull(tmp_models, monkeypatch):
     no_subprocess(monkeypatch)
     with pytest.raises(ModelError, match="tqgguf models pull gemma3-270m"):
@@ -215,6 +226,17 @@ def test_cli_list_json_names_every_model(tmp_models):
     assert {r["name"]: r["head_dim"] for r in rows} == {"smollm2-135m": 64, "gemma3-270m": 256,
                                                           "qwen2.5-coder-0.5b": 64}
     assert all(r["path"] is None for r in rows)
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_cli_list_keeps_names_whole_at_any_width(tmp_models, columns):
+    result = CliRunner().invoke(models_cli, ["list"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    assert max(len(ln) for ln in result.output.splitlines()) <= columns
+    words = set(result.output.replace("(", " ").replace(")", " ").split())
+    for name in MODELS:  # whole, and how to get it when it is not downloaded
+        assert name in words
+        assert f"tqgguf models pull {name}" in " ".join(result.output.split())
 
 
 def test_cli_pull_prints_the_path_and_fails_cleanly_on_a_bad_name(tmp_models, monkeypatch):

@@ -119,10 +119,19 @@ def models_dir() -> Path:
         raise ModelError(str(e)) from None
 
 
+def _unknown_name(name: str) -> str:
+    """What to say after a name that is not in the registry: the closest name (difflib
+    ratio >= 0.6, ``smollm2-13m`` -> ``smollm2-135m``) when there is one, then every name."""
+    import difflib
+
+    near = difflib.get_close_matches(name.strip().lower(), list(MODELS), n=1, cutoff=0.6)
+    return (f"did you mean {near[0]}? " if near else "") + f"known models: {', '.join(MODELS)}"
+
+
 def _spec(name: str) -> ModelSpec:
     spec = MODELS.get(name.strip().lower())
     if spec is None:
-        raise ModelError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+        raise ModelError(f"unknown model {name!r}; {_unknown_name(name)}")
     return spec
 
 
@@ -299,8 +308,7 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
         return path
     key = arg.strip().lower()
     if key not in MODELS:
-        raise ModelError(f"{arg!r} is neither an existing file nor a known model name; "
-                         f"known models: {', '.join(MODELS)}")
+        raise ModelError(f"{arg!r} is neither an existing file nor a known model name; {_unknown_name(arg)}")
     spec = MODELS[key]
     if pull_missing:
         return pull(key, log=log)

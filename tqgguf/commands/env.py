@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config import SettingsError, resolve_settings, settings_report
+from .terminal import NARROW, print_indented
 
 
 @click.command(name="env")
@@ -33,14 +34,14 @@ def command(as_json: bool) -> None:
         click.echo(json.dumps(report, indent=2, default=str))
         return
     console = Console()
+    if console.width < NARROW:
+        _print_narrow(console, report)
+        return
     t = Table(title="Settings (CLI flag > TQGGUF_* > OLLAMA_* > default)", title_justify="left")
     for col in ("setting", "value", "source", "flag", "variables", "description"):
         t.add_column(col, overflow="fold")
     for name, row in report["settings"].items():
-        src = row["source_text"]
-        if row["source"]["kind"] != "default":
-            src += f"={row['source']['raw']!r}"
-        t.add_row(name, row["display"], src, ", ".join(row["flags"]) or "-", ", ".join(row["env"]),
+        t.add_row(name, row["display"], _source(row), ", ".join(row["flags"]) or "-", ", ".join(row["env"]),
                   row["description"])
     console.print(t)
     v = Table(title="Environment variables", title_justify="left")
@@ -49,6 +50,42 @@ def command(as_json: bool) -> None:
     for name, row in report["variables"].items():
         v.add_row(name, "-" if row["value"] is None else repr(row["value"]), row["description"])
     console.print(v)
+    _print_unknown(console, report)
+
+
+def _source(row: dict) -> str:
+    src = row["source_text"]
+    if row["source"]["kind"] != "default":
+        src += f"={row['source']['raw']!r}"
+    return src
+
+
+def _print_narrow(console: Console, report: dict) -> None:
+    """The settings and variables as blocks of short lines that wrap between words."""
+    from rich.markup import escape
+
+    def indented(text: str, style: str = "") -> None:
+        print_indented(console, text, style)
+
+    console.print("[bold]Settings[/bold] (CLI flag > TQGGUF_* > OLLAMA_* > default)\n", highlight=False)
+    for name, row in report["settings"].items():
+        console.print(f"[bold]{name}[/bold] = {escape(str(row['display']))}  [dim]({escape(_source(row))})[/dim]",
+                      highlight=False)
+        where = [f"flag {', '.join(row['flags'])}"] if row["flags"] else []
+        if row["env"]:
+            where.append(f"variables {', '.join(row['env'])}")
+        if where:
+            indented("; ".join(where))
+        indented(row["description"], "dim")
+    console.print("\n[bold]Environment variables[/bold]\n", highlight=False)
+    for name, row in report["variables"].items():
+        value = "-" if row["value"] is None else repr(row["value"])
+        console.print(f"[bold]{name}[/bold] = {escape(value)}", highlight=False)
+        indented(row["description"], "dim")
+    _print_unknown(console, report)
+
+
+def _print_unknown(console: Console, report: dict) -> None:
     for name, near in report["did_you_mean"].items():
         hint = f"; did you mean {near}?" if near else ""
         console.print(f"[yellow]warning:[/yellow] {name} is set but tqgguf does not read it (typo?){hint}",

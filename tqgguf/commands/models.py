@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -54,11 +55,24 @@ def list_cmd(as_json):
     from rich.console import Console
     from rich.table import Table
 
+    from .terminal import NARROW, print_indented
+
+    console = Console()
+    if console.width < NARROW:
+        console.print(f"models ({models.models_dir()})", highlight=False)
+        for r in rows:
+            cached = Path(r["path"]).name if r["path"] else f"not downloaded (tqgguf models pull {r['name']})"
+            console.print(f"\n[bold]{r['name']}[/bold]  {r['arch']}, head dim {r['head_dim']}, "
+                          f"{r['size'] / 1e6:.1f} MB", highlight=False)
+            print_indented(console, cached)
+            print_indented(console, r["description"], "dim")
+        return
     table = Table(title=f"models ({models.models_dir()})")
     for col, kw in (("name", {}), ("arch", {}), ("head dim", {"justify": "right"}),
                     ("size MB", {"justify": "right"}), ("cached", {"overflow": "fold"}), ("description", {})):
         table.add_column(col, **kw)
     for r in rows:
         table.add_row(r["name"], r["arch"], str(r["head_dim"]), f"{r['size'] / 1e6:.1f}",
-                      r["path"] or "no (tqgguf models pull " + r["name"] + ")", r["description"])
-    Console().print(table)
+                      Path(r["path"]).name if r["path"] else "no (tqgguf models pull " + r["name"] + ")",
+                      r["description"])
+    console.print(table)
