@@ -198,6 +198,23 @@ def test_a_baseline_from_another_n_ctx_is_refused_with_the_reason(tmp_path):
     assert "does not match" in res.output and "n_ctx 128 != 64" in res.output
 
 
+def test_an_output_dir_with_another_runs_sweep_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "sw"
+    out.mkdir()
+    there = {"run_id": "0123456789abcdef-0123456789ab-c512-n20", "model": "SmolLM2-135M-Instruct.Q4_1.gguf",
+             "text": "WikiText-2 test", "n_ctx": 512, "key": "f16/f16/rot=n/a", "status": "ok"}
+    (out / "results.jsonl").write_text(json.dumps(there) + "\n")
+    (out / "table.md").write_text("the c512 map\n")
+    t0 = time.time()
+    r = _sweep(["--ctk", "q8_0", "--ctv", "q8_0"], out)
+    assert r.exit_code == 1, r.output
+    msg = " ".join(r.output.split())
+    assert "holds a sweep of another run" in msg and "n_ctx 512, 20 chunks" in msg and "128 n_ctx, 2 chunks" in msg
+    assert "another -o DIR" in msg
+    assert (out / "table.md").read_text() == "the c512 map\n" and len(_rows(out)) == 1
+    assert time.time() - t0 < 30  # refused before any model run
+
+
 def test_bad_sweep_arguments_fail_before_any_work(tmp_path):
     r = CliRunner().invoke(cli, ["sweep", "smollm2-135m", "--ctk", "", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and "empty" in r.output

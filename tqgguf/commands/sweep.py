@@ -41,7 +41,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
     from ..models import ModelError, resolve_model
     from ..quality import BaselineMismatchError, TextTooShortError
     from ..runtime import EngineError
-    from ..sweep.runner import SweepSpec, run_sweep
+    from ..sweep.runner import SweepDirError, SweepSpec, run_sweep
     from ..sweep.report import markdown_table, plot, recommend as pick, serve_flags, write_csv
     from ..texts import resolve_text
     from ..kcenter import engine_value, resolve_auto
@@ -90,7 +90,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
                 prog.update(task, completed=j)
 
             rows = run_sweep(spec, progress=on_progress, log=lambda m: prog.console.print(m))
-    except (BaselineMismatchError, TextTooShortError, OSError, EngineError, EngineNotBuiltError) as e:
+    except (BaselineMismatchError, SweepDirError, TextTooShortError, OSError, EngineError, EngineNotBuiltError) as e:
         raise click.ClickException(str(e)) from e
     table = markdown_table(rows)
     click.echo(table)

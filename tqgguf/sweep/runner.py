@@ -60,6 +60,30 @@ def load_done(results: Path, run_id: str) -> dict[str, dict]:
     return done
 
 
+class SweepDirError(ValueError):
+    """The output directory holds a sweep of another model, text, n_ctx or chunk count."""
+
+
+def check_same_run(results: Path, run_id: str, n_ctx: int, chunks: int) -> None:
+    """Refuse an output directory whose results.jsonl holds rows of another run (model, text,
+    n_ctx, chunks): its table.md, results.csv and sweep.png show one run's map and would be
+    replaced by this one's. Raises SweepDirError naming what is there and what this run is."""
+    if not results.exists():
+        return
+    for line in results.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        other = row.get("run_id")
+        if other and other != run_id:
+            chunks_there = other.rsplit("-n", 1)[-1]
+            raise SweepDirError(
+                f"{results.parent} holds a sweep of another run ({row.get('model')}, {row.get('text')}, "
+                f"n_ctx {row.get('n_ctx')}, {chunks_there} chunks); this run ({n_ctx} n_ctx, {chunks} chunks) "
+                f"would replace its table.md, results.csv and sweep.png. Give another -o DIR.")
+
+
 def check_out_dir(out_dir: Path) -> None:
     """Create out_dir and prove it is writable; PermissionError/OSError with a clear message."""
     try:
@@ -81,14 +105,15 @@ def _kv_fields(report, cells: int) -> dict:
 def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callable[[str], None] = print) -> list[dict]:
     """Run every configuration of ``spec``; return all rows (resumed ones included).
 
-    Raises BaselineMismatchError (a baseline from another model/text/n_ctx), TextTooShortError,
-    OSError (output dir not writable). A configuration that fails (NaN logits, engine error)
+    Raises BaselineMismatchError (a baseline from another model/text/n_ctx), SweepDirError (the
+    output dir holds another run's sweep), TextTooShortError, OSError (output dir not writable). A configuration that fails (NaN logits, engine error)
     becomes a row with status "failed" and its reason; the sweep goes on.
     """
     check_out_dir(spec.out_dir)
     results = spec.out_dir / "results.jsonl"
     model_sha = sha256_file_cached(spec.model)
     run_id = f"{model_sha[:16]}-{spec.text.sha256[:12]}-c{spec.n_ctx}-n{spec.chunks}"
+    check_same_run(results, run_id, spec.n_ctx, spec.chunks)
     done = load_done(results, run_id)
     todo = [c for c in spec.configs if c.key not in done]
     if done:
