@@ -394,6 +394,7 @@ static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__
     }
 }
 
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // tests/cuda_host runs the device functions on the CPU, without the kernels
 // SET_ROWS f32 -> turbo, nwarps warps per 64-value block (blocks per CTA: 4/nwarps); the
 // index arithmetic is set-rows.cu's
 template <typename idx_t, ggml_type type, int nwarps>
@@ -465,6 +466,7 @@ static void ggml_cuda_turbo_set_rows(const ggml_tensor * src0, const ggml_tensor
 #undef TURBO_SET_ROWS_LAUNCH
     GGML_UNUSED(ne03); GGML_UNUSED(ne10); GGML_UNUSED(ne13);
 }
+#endif // GGML_CUDA_TURBO_HOST_CHECK
 
 // cpy_kernel_t for CPY f32 -> turbo
 template <ggml_type type>
