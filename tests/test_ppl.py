@@ -90,6 +90,23 @@ def test_ppl_reports_rotation_flags_and_orders_configurations_sensibly(smollm2, 
     assert t4["count"] == 3 * (256 - 1 - 128)
 
 
+def test_a_context_past_the_training_context_is_warned_about(smollm2):
+    from tqgguf.bench import n_ctx_train
+    from tqgguf.runtime import open_model, training_context_warning
+
+    train = n_ctx_train(smollm2)  # GGUF <arch>.context_length
+    for n_ctx, over in ((2 * train, True), (512, False)):
+        e = open_model(smollm2, n_ctx=n_ctx, n_threads=2)
+        try:
+            assert (e.report.n_ctx, e.report.n_ctx_train) == (n_ctx, train)
+            w = training_context_warning(e.report)
+            assert (w is not None) == over
+            if over:
+                assert f"n_ctx {n_ctx} is beyond the model's training context ({train})" in w
+        finally:
+            e.close()
+
+
 def test_unknown_cache_type_lists_the_valid_names(smollm2):
     res = CliRunner().invoke(cli, ["ppl", str(smollm2), "--ctk", "turbo5"])
     assert res.exit_code == 2

@@ -36,7 +36,9 @@ class KVReport:
     joined by " | "), kv_bytes_per_token the bytes one token takes in all KV caches and
     bits_per_value the average stored bits per K/V value (None without a plan: then the
     -ctk/-ctv types say it); k_center_reason why ``--k-center auto`` chose its mode (set by
-    open_model, "" when the mode was given).
+    open_model, "" when the mode was given); n_ctx_train the model's training context when
+    llama.cpp compared n_ctx with it (0 when they are equal), so ``n_ctx > n_ctx_train > 0``
+    is llama.cpp's "possible training context overflow".
     """
 
     k_type: str = ""
@@ -55,6 +57,7 @@ class KVReport:
     kv_plan_layers: str = ""
     kv_bytes_per_token: int | None = None
     bits_per_value: float | None = None
+    n_ctx_train: int = 0
     log: str = field(default="", repr=False)
 
 
@@ -84,6 +87,8 @@ def parse_kv_report(log: str) -> KVReport:
     r.flash_attn = fa[-1] if fa else ""
     ctx = re.findall(r"llama_context: n_ctx\s*=\s*(\d+)", log)
     r.n_ctx = int(ctx[-1]) if ctx else 0
+    train = re.findall(r"n_ctx_seq \(\d+\) [<>] n_ctx_train \((\d+)\)", log)
+    r.n_ctx_train = int(train[-1]) if train else 0
     kc = re.findall(r"k_center = (.*): (active|inactive)", log)
     if kc:
         r.k_center = kc[0][0]
@@ -96,6 +101,16 @@ def parse_kv_report(log: str) -> KVReport:
         values = sum(int(p[2]) * 8 / float(p[3]) for p in plans if float(p[3]) > 0)
         r.bits_per_value = 8 * r.kv_bytes_per_token / values if values else None
     return r
+
+
+def training_context_warning(report: KVReport) -> str | None:
+    """The warning for a context longer than the model was trained on (llama.cpp logs it as
+    "possible training context overflow"), or None."""
+    if report.n_ctx_train and report.n_ctx > report.n_ctx_train:
+        return (f"warning: n_ctx {report.n_ctx} is beyond the model's training context ({report.n_ctx_train}); "
+                f"positions past {report.n_ctx_train} were never trained, so quality there measures the "
+                f"model's extrapolation as much as the KV cache")
+    return None
 
 
 def resolve_flash_attn(mode: str, ctk: str, ctv: str) -> bool:

@@ -35,7 +35,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     computed the way llama-perplexity does (second half of each n_ctx chunk scored)."""
     from ..models import ModelError, resolve_model
     from ..quality import TextTooShortError, perplexity
-    from ..runtime import EngineError, open_model
+    from ..runtime import EngineError, open_model, training_context_warning
     from ..config import SettingsError, resolve_settings
     from ..texts import resolve_text
 
@@ -67,6 +67,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     err(f"model: {path.name}   text: {text.label}", err=True)
     err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
         f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
+    if warning := training_context_warning(r):
+        err(warning, err=True)
     if engine.kv_plan:
         others = f", others {ctk}/{ctv}" if engine.kv_plan.keeps_defaults() else ""  # a full plan leaves none
         err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}{others}; "

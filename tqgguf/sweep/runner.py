@@ -19,7 +19,7 @@ from ..cachetypes import type_info
 from ..fsutil import cache_dir, sha256_file_cached
 from ..quality import (BaselineMeta, BaselineMismatchError, BaselineReader, BaselineWriter, KLDStats, check_length,
                        chunk_logits, encode_base_rows, tokenize)
-from ..runtime import EngineError, open_model
+from ..runtime import EngineError, open_model, training_context_warning
 from ..texts import Text
 from .grid import BASELINE, Config
 
@@ -137,6 +137,8 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
 
     # tokens + baseline
     base_engine = engine_for(BASELINE)
+    if warning := training_context_warning(base_engine.report):
+        log(warning)
     try:
         tokens = tokenize(base_engine, spec.text.content)
         check_length(len(tokens), spec.n_ctx)
