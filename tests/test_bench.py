@@ -259,3 +259,40 @@ def test_bench_refuses_a_plan_that_does_not_fit_before_running(smollm2, tmp_path
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 2 and msg in r.output, r.output
     assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.engine
+def test_the_cpu_threadpool_llama_bench_attaches_changes_no_result(smollm2):
+    """bench attaches a ggml CPU threadpool per test as llama-bench does (tqgguf.engine.
+    cpu_threadpool, a ctypes mirror of struct ggml_threadpool_params): the logits of the
+    same tokens are the same with and without it, and a context keeps working after it
+    is detached."""
+    import llama_cpp
+    import numpy as np
+
+    from tqgguf.engine import cpu_threadpool
+    from tqgguf.runtime import open_context, open_model
+
+    e = open_model(smollm2, n_ctx=64, n_threads=2)
+    try:
+        def logits_of(pool: bool) -> np.ndarray:
+            ctx = open_context(e, n_ctx=64, n_batch=64, n_ubatch=64)
+            try:
+                dec = B._Decoder(ctx.ctx, *B._vocab(e), seed=3)
+                toks = dec.tokens(8)
+                if pool:
+                    with cpu_threadpool(ctx.ctx, 2):
+                        dec.gen(toks)
+                else:
+                    dec.gen(toks)
+                n_vocab = B._vocab(e)[0]
+                out = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ctx, -1), shape=(n_vocab,)).copy()
+                dec.gen(dec.tokens(2))  # detached: still decodes
+                return out
+            finally:
+                ctx.close()
+
+        with_pool, without = logits_of(True), logits_of(False)
+        assert np.all(np.isfinite(with_pool)) and np.array_equal(with_pool, without)
+    finally:
+        e.close()

@@ -102,17 +102,22 @@ def gpu_offload_error(n_gpu_layers: int) -> str | None:
             "use -ngl 0 to run on the CPU")
 
 
-def backend_names() -> list[str]:
-    """Names of the ggml backends the installed engine registered (``ggml_backend_reg_name``
-    over ``ggml_backend_reg_count``), e.g. ``["CPU"]`` or ``["CUDA", "CPU"]``. Call after
-    :func:`ensure_engine`."""
+def _libggml() -> ctypes.CDLL:
+    """ctypes handle of the installed libggml (the backend registry)."""
     from .cachetypes import _lib_dir
 
     candidates = sorted(_lib_dir().glob("libggml.so*")) + sorted(_lib_dir().glob("libggml.dylib")) \
         + sorted(_lib_dir().glob("ggml.dll"))
     if not candidates:
         raise EngineNotBuiltError(f"no libggml in {_lib_dir()}; run `tqgguf build`")
-    lib = ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_GLOBAL)
+
+
+def backend_names() -> list[str]:
+    """Names of the ggml backends the installed engine registered (``ggml_backend_reg_name``
+    over ``ggml_backend_reg_count``), e.g. ``["CPU"]`` or ``["CUDA", "CPU"]``. Call after
+    :func:`ensure_engine`."""
+    lib = _libggml()
     base = libggml_base()
     lib.ggml_backend_reg_count.restype = ctypes.c_size_t
     lib.ggml_backend_reg_get.restype = ctypes.c_void_p
@@ -121,6 +126,66 @@ def backend_names() -> list[str]:
     base.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
     return [base.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
             for i in range(lib.ggml_backend_reg_count())]
+
+
+#: ggml.h's GGML_MAX_N_THREADS: the length of ggml_threadpool_params.cpumask
+GGML_MAX_N_THREADS = 512
+
+
+class _ThreadpoolParams(ctypes.Structure):
+    """``struct ggml_threadpool_params`` (ggml.h)."""
+
+    _fields_ = [("cpumask", ctypes.c_bool * GGML_MAX_N_THREADS), ("n_threads", ctypes.c_int),
+                ("prio", ctypes.c_int), ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool),
+                ("paused", ctypes.c_bool)]
+
+
+@contextmanager
+def cpu_threadpool(ctx, n_threads: int):
+    """Attach a ggml CPU threadpool of ``n_threads`` threads (ggml's default parameters:
+    polling level 50, normal priority, no CPU mask) to the llama context ``ctx`` (a ctypes
+    ``llama_context`` pointer) while the block runs; detach and free it after. This is
+    llama-bench's setup (tools/llama-bench/llama-bench.cpp: ggml_threadpool_new through the
+    CPU backend's proc address, llama_attach_threadpool). Without a pool, ggml-cpu creates
+    and joins n_threads - 1 threads for every graph it computes (ggml-cpu.c's disposable
+    threadpool), a cost per decoded token that llama-bench does not pay.
+
+    Raises EngineError when the CPU backend does not export the threadpool functions, the
+    structure read back does not match (another ggml ABI), or the pool cannot be made."""
+    import llama_cpp
+
+    ggml, base = _libggml(), libggml_base()
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    base.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    base.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    base.ggml_threadpool_params_init.restype = None
+    base.ggml_threadpool_params_init.argtypes = [ctypes.POINTER(_ThreadpoolParams), ctypes.c_int]
+    reg = ggml.ggml_backend_reg_by_name(b"CPU")
+    addr_new = base.ggml_backend_reg_get_proc_address(reg, b"ggml_threadpool_new") if reg else None
+    addr_free = base.ggml_backend_reg_get_proc_address(reg, b"ggml_threadpool_free") if reg else None
+    if not (addr_new and addr_free):
+        raise EngineError("the engine's CPU backend does not export ggml_threadpool_new/free")
+    tp_new = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_ThreadpoolParams))(addr_new)
+    tp_free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(addr_free)
+    params = _ThreadpoolParams()
+    base.ggml_threadpool_params_init(ctypes.byref(params), n_threads)
+    if (params.n_threads, params.strict_cpu, params.paused) != (n_threads, False, False):
+        raise EngineError("ggml_threadpool_params does not have the layout tqgguf expects (another ggml version?)")
+    pool = tp_new(ctypes.byref(params))
+    if not pool:
+        raise EngineError(f"ggml_threadpool_new failed for {n_threads} threads")
+    lib = llama_cpp.llama_cpp._lib
+    lib.llama_attach_threadpool.restype = None
+    lib.llama_attach_threadpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.llama_detach_threadpool.restype = None
+    lib.llama_detach_threadpool.argtypes = [ctypes.c_void_p]
+    lib.llama_attach_threadpool(ctx, pool, None)
+    try:
+        yield
+    finally:
+        lib.llama_detach_threadpool(ctx)
+        tp_free(pool)
 
 
 @contextmanager
