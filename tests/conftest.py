@@ -74,3 +74,24 @@ def pull_model(name: str) -> Path:
 def model_file():
     """``model_file(name)``: see ``pull_model``."""
     return pull_model
+
+
+@pytest.fixture(scope="session")
+def wikitext():
+    """WikiText-2's raw test split as a ``tqgguf.texts.Text``: the quality tests' thresholds
+    are for that text. Found where ``tqgguf ppl`` looks (``TQGGUF_TEXT``, ``<cache>/data``,
+    ``../shared/data`` beside the checkout; downloaded into ``<cache>/data`` when online).
+    Without it the tests that need it are skipped with where to put it — or fail, under
+    ``TQGGUF_REQUIRE_ENGINE=1``."""
+    from tqgguf.fsutil import cache_dir
+    from tqgguf.texts import WIKITEXT2_TEST_BYTES, resolve_text
+
+    t = resolve_text()
+    if t.path is None or t.path.stat().st_size != WIKITEXT2_TEST_BYTES:
+        msg = (f"these tests read WikiText-2's raw test split (wiki.test.raw, {WIKITEXT2_TEST_BYTES} bytes) and "
+               f"found {t.label}: put the file at {cache_dir() / 'data' / 'wiki.test.raw'} or "
+               f"{Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'wiki.test.raw'}, or point TQGGUF_TEXT at it")
+        if os.environ.get("TQGGUF_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"{msg} [TQGGUF_REQUIRE_ENGINE=1 demands it]", pytrace=False)
+        pytest.skip(msg)
+    return t

@@ -88,12 +88,8 @@ def qwen(model_file):
 
 
 @pytest.fixture(scope="module")
-def wiki():
-    from tqgguf.texts import resolve_text
-
-    text = resolve_text(allow_download=False)
-    assert text.path is not None, "tests read WikiText-2 from shared/data"  # the thresholds are for this text
-    return text.content[:60000]
+def wiki(wikitext):
+    return wikitext.content[:60000]  # the thresholds are for this text
 
 
 def _chunk_logits(model, text, *, ctk="f16", ctv="f16", k_center="off", fa="on", n_ctx=512):

@@ -273,7 +273,7 @@ def _logits(path, n_tokens: int = 48, **kw) -> tuple[np.ndarray, object]:
 
     eng = open_model(path, n_ctx=128, n_threads=2, logits_all=True, **kw)
     try:
-        toks = eng.llama.tokenize(resolve_text(None).content[:4000].encode(), add_bos=True)[:n_tokens]
+        toks = eng.llama.tokenize(resolve_text(None, allow_download=False).content[:4000].encode(), add_bos=True)[:n_tokens]
         eng.llama.eval(toks)
         return np.array(eng.llama.scores[:n_tokens]), eng
     finally:
@@ -435,7 +435,7 @@ def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
 # ----------------------------------------------------------------------------- K-shift
 
 @pytest.mark.engine
-def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(model_file):
+def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(model_file, wikitext):
     """SmolLM2, K turbo3 with the boundary layers at q8_0 vs uniform turbo3: after the
     K-shift (per-layer dequantize, RoPE, requantize) the mixed cache is no farther from the
     f16 cache than twice the uniform one's distance, and within twice its own unshifted
@@ -443,13 +443,12 @@ def test_k_shift_with_a_mixed_plan_stays_as_close_to_f16_as_the_uniform_cache(mo
     the mixed layers lands far outside, cf. the centering mutation test's 0.52)."""
     from tqgguf.quality import tokenize
     from tqgguf.runtime import open_model
-    from tqgguf.texts import resolve_text
 
     from .test_k_center import _kld, _shift_and_fresh
 
     path = model_file(SMOL)
     eng = open_model(path, n_ctx=64)
-    toks = tokenize(eng, resolve_text(None).content[:20000])[:200]
+    toks = tokenize(eng, wikitext.content[:20000])[:200]  # the thresholds are for WikiText-2
     eng.close()
     shift_ref, fresh_ref = _shift_and_fresh(path, toks, ctk="f16")
     d = {}

@@ -25,10 +25,8 @@ def smollm2(model_file) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wiki() -> Path:
-    t = resolve_text(allow_download=False)
-    assert t.path is not None and "WikiText-2" in t.label, "tests read WikiText-2 from shared/data"
-    return t.path
+def wiki(wikitext) -> Path:
+    return wikitext.path
 
 
 def _kv_dims(path: Path) -> tuple[int, int]:

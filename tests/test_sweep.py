@@ -18,7 +18,6 @@ from tqgguf.cli import main as cli
 from tqgguf.sweep.grid import BASELINE, expand, parse_rot, parse_types
 
 ROOT = Path(__file__).resolve().parents[1]
-WIKI = ROOT.parent / "shared" / "data" / "wiki.test.raw"
 
 
 # -- grid ------------------------------------------------------------------------------
@@ -108,11 +107,14 @@ def test_baseline_file_round_trips_and_refuses_other_runs(tmp_path):
 
 # -- the real thing ------------------------------------------------------------------------
 
-SMALL = ["-f", str(WIKI), "-c", "128", "--chunks", "2"]
+@pytest.fixture(scope="module")
+def small(wikitext) -> list[str]:
+    """A small sweep of SmolLM2 on WikiText-2: n_ctx 128, 2 chunks."""
+    return ["-f", str(wikitext.path), "-c", "128", "--chunks", "2"]
 
 
-def _sweep(args, out):
-    return CliRunner().invoke(cli, ["sweep", "smollm2-135m", *SMALL, "-o", str(out), *args])
+def _sweep(small, args, out):
+    return CliRunner().invoke(cli, ["sweep", "smollm2-135m", *small, "-o", str(out), *args])
 
 
 def _rows(out):
@@ -120,9 +122,9 @@ def _rows(out):
 
 
 @pytest.mark.engine
-def test_sweep_writes_table_jsonl_csv_and_plot_and_resumes_without_recomputing(tmp_path):
+def test_sweep_writes_table_jsonl_csv_and_plot_and_resumes_without_recomputing(tmp_path, small):
     out = tmp_path / "sw"
-    res = _sweep(["--ctk", "q8_0,turbo3", "--ctv", "turbo4", "--rot", "on"], out)
+    res = _sweep(small, ["--ctk", "q8_0,turbo3", "--ctv", "turbo4", "--rot", "on"], out)
     assert res.exit_code == 0, res.output
     rows = _rows(out)
     assert [r["key"] for r in rows] == ["f16/f16/rot=n/a", "q8_0/turbo4/rot=on", "turbo3/turbo4/rot=on"]
@@ -137,15 +139,15 @@ def test_sweep_writes_table_jsonl_csv_and_plot_and_resumes_without_recomputing(t
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| turbo3 | turbo4 | on |" in res.output
     t0 = time.time()
-    again = _sweep(["--ctk", "q8_0,turbo3", "--ctv", "turbo4", "--rot", "on"], out)
+    again = _sweep(small, ["--ctk", "q8_0,turbo3", "--ctv", "turbo4", "--rot", "on"], out)
     assert again.exit_code == 0 and "resuming: 3 of 3" in again.output
     assert len(_rows(out)) == 3 and time.time() - t0 < 30
 
 
 @pytest.mark.engine
-def test_a_sweep_killed_midway_finishes_on_restart_without_redoing_rows(tmp_path):
+def test_a_sweep_killed_midway_finishes_on_restart_without_redoing_rows(tmp_path, small):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "tqgguf", "sweep", "smollm2-135m", *SMALL, "-o", str(out),
+    cmd = [sys.executable, "-m", "tqgguf", "sweep", "smollm2-135m", *small, "-o", str(out),
            "--ctk", "q8_0,q4_0,turbo4", "--ctv", "turbo3", "--rot", "on"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = out / "results.jsonl"
@@ -166,7 +168,7 @@ def test_a_sweep_killed_midway_finishes_on_restart_without_redoing_rows(tmp_path
 
 
 @pytest.mark.engine
-def test_nan_logits_mark_the_row_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
+def test_nan_logits_mark_the_row_failed_and_the_sweep_goes_on(tmp_path, monkeypatch, small):
     from tqgguf.sweep import runner
 
     real = runner.chunk_logits
@@ -180,7 +182,7 @@ def test_nan_logits_mark_the_row_failed_and_the_sweep_goes_on(tmp_path, monkeypa
 
     monkeypatch.setattr(runner, "chunk_logits", poisoned)
     out = tmp_path / "nan"
-    res = _sweep(["--ctk", "q4_0,q8_0", "--ctv", "q8_0", "--rot", "on"], out)
+    res = _sweep(small, ["--ctk", "q4_0,q8_0", "--ctv", "q8_0", "--rot", "on"], out)
     assert res.exit_code == 0, res.output
     by = {r["key"]: r for r in _rows(out)}
     assert by["q4_0/q8_0/rot=on"]["status"] == "failed" and "non-finite logits" in by["q4_0/q8_0/rot=on"]["error"]
@@ -189,16 +191,16 @@ def test_nan_logits_mark_the_row_failed_and_the_sweep_goes_on(tmp_path, monkeypa
 
 
 @pytest.mark.engine
-def test_a_baseline_from_another_n_ctx_is_refused_with_the_reason(tmp_path):
+def test_a_baseline_from_another_n_ctx_is_refused_with_the_reason(tmp_path, small):
     out = tmp_path / "a"
-    assert _sweep(["--ctk", "q8_0", "--ctv", "q8_0", "--baseline", str(tmp_path / "b.kld")], out).exit_code == 0
-    res = CliRunner().invoke(cli, ["sweep", "smollm2-135m", "-f", str(WIKI), "-c", "64", "--chunks", "2", "-o",
+    assert _sweep(small, ["--ctk", "q8_0", "--ctv", "q8_0", "--baseline", str(tmp_path / "b.kld")], out).exit_code == 0
+    res = CliRunner().invoke(cli, ["sweep", "smollm2-135m", "-f", small[1], "-c", "64", "--chunks", "2", "-o",
                                    str(tmp_path / "b"), "--ctk", "q8_0", "--ctv", "q8_0", "--baseline", str(tmp_path / "b.kld")])
     assert res.exit_code == 1
     assert "does not match" in res.output and "n_ctx 128 != 64" in res.output
 
 
-def test_an_output_dir_with_another_runs_sweep_is_refused_before_any_work(tmp_path):
+def test_an_output_dir_with_another_runs_sweep_is_refused_before_any_work(tmp_path, small):
     out = tmp_path / "sw"
     out.mkdir()
     there = {"run_id": "0123456789abcdef-0123456789ab-c512-n20", "model": "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -206,7 +208,7 @@ def test_an_output_dir_with_another_runs_sweep_is_refused_before_any_work(tmp_pa
     (out / "results.jsonl").write_text(json.dumps(there) + "\n")
     (out / "table.md").write_text("the c512 map\n")
     t0 = time.time()
-    r = _sweep(["--ctk", "q8_0", "--ctv", "q8_0"], out)
+    r = _sweep(small, ["--ctk", "q8_0", "--ctv", "q8_0"], out)
     assert r.exit_code == 1, r.output
     msg = " ".join(r.output.split())
     assert "holds a sweep of another run" in msg and "n_ctx 512, 20 chunks" in msg and "128 n_ctx, 2 chunks" in msg
@@ -227,17 +229,17 @@ def test_bad_sweep_arguments_fail_before_any_work(tmp_path):
 
 
 @pytest.mark.engine
-def test_an_output_dir_that_is_not_writable_is_refused(tmp_path):
+def test_an_output_dir_that_is_not_writable_is_refused(tmp_path, small):
     blocker = tmp_path / "file"
     blocker.write_text("not a dir")
-    r = CliRunner().invoke(cli, ["sweep", "smollm2-135m", *SMALL, "--ctk", "q8_0", "--ctv", "q8_0", "-o", str(blocker / "out")])
+    r = CliRunner().invoke(cli, ["sweep", "smollm2-135m", *small, "--ctk", "q8_0", "--ctv", "q8_0", "-o", str(blocker / "out")])
     assert r.exit_code == 1 and "not writable" in r.output
 
 
 @pytest.mark.engine
-def test_recommend_picks_the_smallest_kv_within_the_budget_and_prints_flags(tmp_path):
+def test_recommend_picks_the_smallest_kv_within_the_budget_and_prints_flags(tmp_path, small):
     out = tmp_path / "rec"
-    r = _sweep(["--ctk", "q8_0,turbo4", "--ctv", "turbo4", "--recommend", "--max-kld", "0.03"], out)
+    r = _sweep(small, ["--ctk", "q8_0,turbo4", "--ctv", "turbo4", "--recommend", "--max-kld", "0.03"], out)
     assert r.exit_code == 0, r.output
     rows = {x["key"]: x for x in _rows(out)}
     ok = sorted((x for x in rows.values() if x["status"] == "ok" and x["kld_mean"] <= 0.03),
