@@ -259,9 +259,11 @@ def test_env_command_suggests_the_declared_name_for_a_typo():
     assert r.exit_code == 0, r.output
     assert "TQGGUF_KV_BOUNDRY is set but tqgguf does not read it (typo?); did you mean TQGGUF_KV_BOUNDARY?" in r.output
     assert "TQGGUF_ZZZ is set but tqgguf does not read it (typo?)\n" in r.output  # nothing close: no guess
-    r = CliRunner().invoke(main, ["env", "--json"], env=_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1"))
+    r = CliRunner().invoke(main, ["env", "--json"], env=_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1",
+                                                                    TQGGUF_KV_CACHE_TYPE_k="q8_0", tqgguf_models="/m"))
     rep = json.loads(r.output)
-    assert rep["did_you_mean"] == {"TQGGUF_KV_BOUNDRY": "TQGGUF_KV_BOUNDARY", "TQGGUF_ZZZ": None}
+    assert rep["did_you_mean"] == {"TQGGUF_KV_BOUNDRY": "TQGGUF_KV_BOUNDARY", "TQGGUF_ZZZ": None,
+                                   "TQGGUF_KV_CACHE_TYPE_k": "TQGGUF_KV_CACHE_TYPE_K", "tqgguf_models": "TQGGUF_MODELS"}
 
 
 def test_env_command_bad_value_exits_2_with_the_reason():

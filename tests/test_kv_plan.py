@@ -102,6 +102,9 @@ def test_boundary_overlapping_a_map_is_refused(model_file):
 def test_kv_swa_on_a_model_without_sliding_window_is_refused(model_file):
     with pytest.raises(KVPlanError, match="has no sliding-window layers"):
         build_plan(model_file(SMOL), swa="f16")
+    with pytest.raises(KVPlanError, match="--kv-plan swa:f16/f16: a 'swa' entry, but .* has no sliding-window layers"):
+        build_plan(model_file(SMOL), plan="swa:f16/f16")
+    assert build_plan(model_file(SMOL), plan="0-1:f16/f16") is not None  # layer ranges stay fine
 
 
 def test_plan_file_of_another_model_is_refused(model_file, tmp_path):

@@ -725,20 +725,22 @@ def check_settings(settings: Settings) -> None:
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """``TQGGUF_*`` variables that are set but not declared (likely typos), sorted."""
+    """``TQGGUF_*`` variables (any case: ``tqgguf_models`` too) that are set but not declared
+    (likely typos), sorted."""
     environ = os.environ if environ is None else environ
-    return sorted(k for k in environ if k.startswith("TQGGUF_") and k not in VARIABLES)
+    return sorted(k for k in environ if k.upper().startswith("TQGGUF_") and k not in VARIABLES)
 
 
 def closest_variable(name: str) -> str | None:
     """The declared ``TQGGUF_*`` variable closest to ``name`` (a likely typo of it), or None
-    when none is close (difflib ratio of the parts after ``TQGGUF_`` below 0.75):
-    ``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``."""
+    when none is close (difflib ratio of the parts after ``TQGGUF_`` below 0.75, compared
+    in upper case, as the variables are declared): ``TQGGUF_KV_CACHE_TYP`` ->
+    ``TQGGUF_KV_CACHE_TYPE``, ``TQGGUF_KV_CACHE_TYPE_k`` -> ``TQGGUF_KV_CACHE_TYPE_K``."""
     import difflib
 
     prefix = "TQGGUF_"
     suffixes = [v[len(prefix):] for v in VARIABLES if v.startswith(prefix)]
-    near = difflib.get_close_matches(name.removeprefix(prefix), suffixes, n=1, cutoff=0.75)
+    near = difflib.get_close_matches(name.upper().removeprefix(prefix), suffixes, n=1, cutoff=0.75)
     return prefix + near[0] if near else None
 
 

@@ -379,7 +379,8 @@ def build_plan(model_path: str | os.PathLike, *, boundary: object = None, swa: o
     Raises:
         KVPlanError: a malformed option, a layer the model does not have (a plan for
         another layer count), overlapping ranges (also between --kv-boundary and a map),
-        a plan file of another model, or --kv-swa on a model without sliding-window layers.
+        a plan file of another model, or --kv-swa (or a map's 'swa' entry) on a model without
+        sliding-window layers.
     """
     if boundary in (None, "", "0") and swa in (None, "", "none") and plan in (None, ""):
         return None
@@ -407,6 +408,9 @@ def build_plan(model_path: str | os.PathLike, *, boundary: object = None, swa: o
                 raise KVPlanError(f"--kv-plan {path}: the plan is for {doc['n_layer']} layers, this model has {n}")
         else:
             more = parse_map(str(plan))
+        if not layers.swa and any(e.swa for e in more):
+            raise KVPlanError(f"--kv-plan {plan}: a 'swa' entry, but {Path(model_path).name} ({layers.arch}) has no "
+                              f"sliding-window layers")
         entries += more
         src.append(f"--kv-plan {plan}")
     if swa not in (None, "", "none"):
