@@ -211,7 +211,9 @@ def test_an_output_dir_with_another_runs_sweep_is_refused_before_any_work(tmp_pa
     r = _sweep(small, ["--ctk", "q8_0", "--ctv", "q8_0"], out)
     assert r.exit_code == 1, r.output
     msg = " ".join(r.output.split())
-    assert "holds a sweep of another run" in msg and "n_ctx 512, 20 chunks" in msg and "128 n_ctx, 2 chunks" in msg
+    assert "holds the sweep of another run" in msg
+    assert "n_ctx 512 there, 128 here" in msg and "chunks 20 there, 2 here" in msg
+    assert "model SmolLM2" not in msg  # the same model: not named as a difference
     assert "another -o DIR" in msg
     assert (out / "table.md").read_text() == "the c512 map\n" and len(_rows(out)) == 1
     assert time.time() - t0 < 30  # refused before any model run

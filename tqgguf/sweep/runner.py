@@ -64,10 +64,10 @@ class SweepDirError(ValueError):
     """The output directory holds a sweep of another model, text, n_ctx or chunk count."""
 
 
-def check_same_run(results: Path, run_id: str, n_ctx: int, chunks: int) -> None:
+def check_same_run(results: Path, run_id: str, model: str, text: str, n_ctx: int, chunks: int) -> None:
     """Refuse an output directory whose results.jsonl holds rows of another run (model, text,
     n_ctx, chunks): its table.md, results.csv and sweep.png show one run's map and would be
-    replaced by this one's. Raises SweepDirError naming what is there and what this run is."""
+    replaced by this one's. Raises SweepDirError naming what differs, there and here."""
     if not results.exists():
         return
     for line in results.read_text().splitlines():
@@ -77,11 +77,13 @@ def check_same_run(results: Path, run_id: str, n_ctx: int, chunks: int) -> None:
             continue
         other = row.get("run_id")
         if other and other != run_id:
-            chunks_there = other.rsplit("-n", 1)[-1]
+            there = {"model": row.get("model"), "text": row.get("text"), "n_ctx": row.get("n_ctx"),
+                     "chunks": int(other.rsplit("-n", 1)[-1]) if other.rsplit("-n", 1)[-1].isdigit() else None}
+            here = {"model": model, "text": text, "n_ctx": n_ctx, "chunks": chunks}
+            diff = [f"{k} {there[k]} there, {here[k]} here" for k in here if there[k] != here[k]]
             raise SweepDirError(
-                f"{results.parent} holds a sweep of another run ({row.get('model')}, {row.get('text')}, "
-                f"n_ctx {row.get('n_ctx')}, {chunks_there} chunks); this run ({n_ctx} n_ctx, {chunks} chunks) "
-                f"would replace its table.md, results.csv and sweep.png. Give another -o DIR.")
+                f"{results.parent} holds the sweep of another run ({'; '.join(diff) or 'another model file'}): "
+                f"this one would replace its table.md, results.csv and sweep.png. Give another -o DIR.")
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -113,7 +115,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     results = spec.out_dir / "results.jsonl"
     model_sha = sha256_file_cached(spec.model)
     run_id = f"{model_sha[:16]}-{spec.text.sha256[:12]}-c{spec.n_ctx}-n{spec.chunks}"
-    check_same_run(results, run_id, spec.n_ctx, spec.chunks)
+    check_same_run(results, run_id, spec.model.name, spec.text.label, spec.n_ctx, spec.chunks)
     done = load_done(results, run_id)
     todo = [c for c in spec.configs if c.key not in done]
     if done:
