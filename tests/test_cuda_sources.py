@@ -84,14 +84,27 @@ def test_gpu_layers_on_an_engine_without_a_gpu_backend_are_refused(model_file):
 def test_backend_cuda_without_nvcc_says_what_is_missing(tmp_path):
     from tqgguf.builder.driver import missing_toolchain
 
-    env = {"PATH": str(tmp_path)}
-    msg = missing_toolchain("cuda", env, default_dirs=())
+    root = tmp_path / "cuda"
+    (root / "bin").mkdir(parents=True)
+    env = {"PATH": str(root / "bin")}
+    gpu = lambda: True  # noqa: E731
+    msg = missing_toolchain("cuda", env, default_dirs=(), lib_dirs=(), has_gpu=gpu)
     assert msg is not None and "nvcc" in msg and "CUDACXX" in msg
-    fake = tmp_path / "nvcc"
+    fake = root / "bin" / "nvcc"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    assert missing_toolchain("cuda", env, default_dirs=()) is None
-    assert missing_toolchain("cuda", {"PATH": "/nonexistent", "CUDACXX": str(fake)}, default_dirs=()) is None
-    assert missing_toolchain("cuda", {"PATH": "/nonexistent", "CUDA_PATH": str(tmp_path.parent)}, default_dirs=()) \
-        is not None  # CUDA_PATH/bin/nvcc does not exist there
+    # nvcc but no cuBLAS (the PyPI compiler wheels alone): refused before CMake says it
+    msg = missing_toolchain("cuda", env, default_dirs=(), lib_dirs=(), has_gpu=gpu)
+    assert msg is not None and "cuBLAS" in msg and str(root / "lib64") in msg
+    (root / "targets" / "x86_64-linux" / "lib").mkdir(parents=True)
+    (root / "targets" / "x86_64-linux" / "lib" / "libcublas.so.12").write_text("")
+    assert missing_toolchain("cuda", env, default_dirs=(), lib_dirs=(), has_gpu=gpu) is None
+    assert missing_toolchain("cuda", {"PATH": "/nonexistent", "CUDACXX": str(fake)}, default_dirs=(), lib_dirs=(),
+                             has_gpu=gpu) is None
+    assert missing_toolchain("cuda", {"PATH": "/nonexistent", "CUDA_PATH": str(tmp_path)}, default_dirs=(),
+                             lib_dirs=(), has_gpu=gpu) is not None  # CUDA_PATH/bin/nvcc does not exist there
+    # no GPU to build for: --cuda-arch names one; with it the build needs no GPU
+    msg = missing_toolchain("cuda", env, default_dirs=(), lib_dirs=(), has_gpu=lambda: False)
+    assert msg is not None and "--cuda-arch" in msg and "90 (H100/H200)" in msg
+    assert missing_toolchain("cuda", env, default_dirs=(), lib_dirs=(), has_gpu=lambda: False, cuda_arch="90") is None
     assert missing_toolchain("cpu", {"PATH": "/nonexistent"}, default_dirs=()) is None

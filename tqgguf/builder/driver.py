@@ -144,15 +144,34 @@ def _run_logged(cmd: list[str], log: Path, env: dict, on_line: Callable[[str], N
 NINJA_PROGRESS = re.compile(r"\[(\d+)/(\d+)\]")
 
 
+#: where a distribution's CUDA packages put libcublas when it is not beside nvcc
+CUBLAS_SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+def _has_gpu() -> bool:
+    """Whether ``nvidia-smi -L`` lists an NVIDIA GPU (False without the driver's tool)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
+
 def missing_toolchain(backend: str, environ: dict | None = None,
-                      default_dirs: tuple[str, ...] = ("/usr/local/cuda/bin",), system: str | None = None) -> str | None:
+                      default_dirs: tuple[str, ...] = ("/usr/local/cuda/bin",), system: str | None = None,
+                      cuda_arch: str | None = None, lib_dirs: tuple[str, ...] = CUBLAS_SYSTEM_DIRS,
+                      has_gpu: Callable[[], bool] = _has_gpu) -> str | None:
     """What the machine lacks to compile ``backend``, or None. Checked before anything is
     fetched or compiled.
 
     CUDA needs nvcc: ``CUDACXX``, else ``nvcc`` on PATH, else ``$CUDA_PATH/bin/nvcc`` or
-    ``/usr/local/cuda/bin/nvcc`` (where CMake's CUDA language support looks). Metal needs macOS
-    (``system``, default ``platform.system()``, must be ``"Darwin"``): ggml's Metal backend links
-    Apple's Foundation/Metal/MetalKit frameworks, which exist nowhere else.
+    ``/usr/local/cuda/bin/nvcc`` (where CMake's CUDA language support looks); cuBLAS, which
+    ggml-cuda links (``libcublas.*`` in the toolkit beside nvcc — ``lib64``, ``lib``,
+    ``targets/*/lib`` — or in ``lib_dirs``, as CMake's FindCUDAToolkit looks); and, without
+    ``cuda_arch``, a GPU to build for (``CMAKE_CUDA_ARCHITECTURES=native``; ``has_gpu``,
+    default: ``nvidia-smi -L``). Metal needs macOS (``system``, default ``platform.system()``,
+    must be ``"Darwin"``): ggml's Metal backend links Apple's Foundation/Metal/MetalKit
+    frameworks, which exist nowhere else.
     """
     env = os.environ if environ is None else environ
     if backend == "metal":
@@ -167,11 +186,23 @@ def missing_toolchain(backend: str, environ: dict | None = None,
     candidates = [env.get("CUDACXX"), shutil.which("nvcc", path=env.get("PATH")),
                   str(Path(env["CUDA_PATH"]) / "bin" / "nvcc") if env.get("CUDA_PATH") else None,
                   *(str(Path(d) / "nvcc") for d in default_dirs)]
-    if any(c and Path(c).is_file() for c in candidates):
-        return None
-    return ("--backend cuda needs the CUDA toolkit's compiler, nvcc, and found none (not CUDACXX, not on PATH, "
-            "not $CUDA_PATH/bin, not /usr/local/cuda/bin): install the CUDA toolkit (e.g. the `cuda-toolkit` "
-            "package of your distribution or NVIDIA's installer) or point CUDACXX at nvcc")
+    nvcc = next((Path(c) for c in candidates if c and Path(c).is_file()), None)
+    if nvcc is None:
+        return ("--backend cuda needs the CUDA toolkit's compiler, nvcc, and found none (not CUDACXX, not on PATH, "
+                "not $CUDA_PATH/bin, not /usr/local/cuda/bin): install the CUDA toolkit (e.g. the `cuda-toolkit` "
+                "package of your distribution or NVIDIA's installer) or point CUDACXX at nvcc")
+    root = nvcc.resolve().parent.parent
+    where = [root / "lib64", root / "lib", *sorted((root / "targets").glob("*/lib")), *map(Path, lib_dirs)]
+    if not any(any(d.glob("libcublas.*")) or any(d.glob("cublas*.lib")) for d in where if d.is_dir()):
+        return (f"--backend cuda links ggml-cuda against cuBLAS and found no libcublas beside nvcc ({nvcc}: "
+                f"{root}/lib64, {root}/targets/*/lib) or in {', '.join(lib_dirs)}: install the toolkit's cuBLAS "
+                f"(e.g. NVIDIA's `libcublas-dev-12-*` / `cuda-libraries-dev-12-*` packages), or point CUDACXX or "
+                f"CUDA_PATH at a toolkit that has it")
+    if not cuda_arch and not has_gpu():
+        return ("--backend cuda without --cuda-arch builds for this machine's GPUs (CMAKE_CUDA_ARCHITECTURES=native), "
+                "and nvidia-smi finds none: pass --cuda-arch for the GPU the build is for, e.g. 90 (H100/H200), "
+                "89 (L4, RTX 40xx), 86 (A10, RTX 30xx), 80 (A100)")
+    return None
 
 
 def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] = print,
@@ -197,7 +228,7 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     if not force and have and have.get("fingerprint") == fp and tools_ok:
         return BuildResult(fp, True, time.time() - t0, None, tools_dir, log_path)
 
-    if (missing := missing_toolchain(cfg.backend)) is not None:
+    if (missing := missing_toolchain(cfg.backend, cuda_arch=cfg.cuda_arch)) is not None:
         raise RuntimeError(missing)
     log_path.write_text("")
     if shutil.which("ccache") is None:
