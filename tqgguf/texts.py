@@ -110,4 +110,5 @@ def resolve_text(path: str | os.PathLike | None = None, *, allow_download: bool 
             return Text(_read(cand), f"WikiText-2 test ({how}: {cand})", cand)
     if allow_download and _download_wikitext(_cache_copy()):
         return Text(_read(_cache_copy()), "WikiText-2 test (downloaded)", _cache_copy())
-    return Text(builtin_corpus(), "built-in offline corpus (pydoc_data.topics; WikiText-2 not available)")
+    tried = (f"not at {_cache_copy()} or {repo_shared}" + (", and the download failed" if allow_download else ""))
+    return Text(builtin_corpus(), f"built-in offline corpus (pydoc_data.topics; WikiText-2 {tried}: -f FILE names a text)")
