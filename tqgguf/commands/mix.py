@@ -67,8 +67,8 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
 
     kc, why = resolve_auto(path, cand)
     click.echo(f"k_center: auto -> {kc} for a plan that quantizes K: {why}", err=True)
-    click.echo(f"checking each budget's optimised plan and the uniform K/V pairs that fit it on the "
-               f"calibration text", err=True)
+    click.echo("checking each budget's optimised plan and the uniform K/V pairs that fit it on the calibration text",
+               err=True)
     try:  # the whole plans and the uniform pairs on the same calibration chunks: keep what measures lowest
         choices = choose_checked(path, text, sens, list(bits), head_k=layers.head_k, head_v=layers.head_v,
                                  n_ctx=n_ctx, chunks=chunks, n_threads=threads,
@@ -78,7 +78,7 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
     for b, ch in zip(bits, choices):
         dest = Path(str(out).replace("{bits}", f"{b:g}")) if out else \
             path.with_name(f"{path.stem}.kv-plan-{b:g}.json")
-        doc = write_choice(dest, path, ch, sens=sens, text_label=label)
+        write_choice(dest, path, ch, sens=sens, text_label=label)
         k, opt = ch.kept, ch.candidates[0]
         click.echo(f"--bits {b:g}: {ch.summary()}")
         click.echo(f"  optimised plan: {opt.bits:.3f} bits/value, predicted KLD {opt.predicted:.6f}, measured on the "
