@@ -435,6 +435,62 @@ def test_mix_end_to_end_writes_a_plan_for_this_model_only(model_file, tmp_path):
         build_plan(model_file(QWEN), plan=str(tmp_path / "p.json"))
 
 
+@pytest.mark.engine
+def test_mix_checks_every_uniform_pair_that_fits_the_budget_asymmetric_ones_included():
+    from tqgguf.mix import pair_bits, uniform_pairs
+
+    types = ("q8_0", "turbo4", "turbo3")
+    assert uniform_pairs(types, 3.5) == [("turbo3", "turbo3")]
+    assert uniform_pairs(types, 4.25) == [("turbo4", "turbo4"), ("turbo4", "turbo3"), ("turbo3", "turbo4"),
+                                          ("turbo3", "turbo3")]
+    at_q8_turbo3 = uniform_pairs(types, pair_bits("q8_0", "turbo3"))
+    assert {("q8_0", "turbo3"), ("turbo3", "q8_0")} <= set(at_q8_turbo3) and ("q8_0", "turbo4") not in at_q8_turbo3
+    assert len(uniform_pairs(types, 16)) == 16  # every pair of f16, q8_0, turbo4, turbo3
+    assert pair_bits("q8_0", "turbo3", 2, 1) == pytest.approx((2 * 8.5 + 3.25) / 3)  # K weighed by its values
+
+
+@pytest.mark.engine
+def test_mix_keeps_a_uniform_pair_that_measures_lower_than_the_optimised_plan(model_file, tmp_path):
+    """A sensitivity store that misleads the choice (it says turbo3 K costs less than turbo4
+    K) makes the optimised plan put turbo3 in nearly every K cache at 4.25 bits; run on the
+    calibration text, that measures worse than uniform turbo4/turbo4, and the plan file
+    holds the uniform pair that measured lowest, names it, and says by how much it won."""
+    from click.testing import CliRunner
+
+    from tqgguf.cli import main
+    from tqgguf.mix import store_path
+    from tqgguf.texts import builtin_corpus
+
+    path = model_file(SMOL)
+    store = store_path(tmp_path, path, builtin_corpus(), 128, 1)
+    # turbo3 K "free", V cheap at turbo4 but dearer in later layers: the K bits saved buy f16 V there
+    fake = {("k", "turbo3"): lambda il: 0.001, ("k", "turbo4"): lambda il: 0.002,
+            ("v", "turbo4"): lambda il: 0.001 * (1 + il), ("v", "turbo3"): lambda il: 0.1}
+    store.write_text("".join(json.dumps({"layer": il, "side": side, "type": t, "kld": f(il)}) + "\n"
+                             for il in range(30) for (side, t), f in fake.items()))
+    res = CliRunner().invoke(main, ["mix", str(path), "--bits", "4.25", "--types", "turbo4,turbo3", "-c", "128",
+                                    "--chunks", "1", "-t", "2", "-o", str(tmp_path / "p-{bits}.json")])
+    assert res.exit_code == 0, res.output
+    assert "layer 0 K" not in res.output  # the stored (misleading) table was used, nothing re-measured
+    doc = json.loads((tmp_path / "p-4.25.json").read_text())
+    cands = {c["label"]: c for c in doc["candidates"]}
+    assert list(cands) == ["optimised plan", "uniform turbo4/turbo4", "uniform turbo4/turbo3",
+                           "uniform turbo3/turbo4", "uniform turbo3/turbo3"]
+    opt = cands["optimised plan"]
+    k_turbo3 = sum(b - a + 1 for e in parse_map(opt["plan"]) if e.k == "turbo3" for a, b in e.ranges)
+    assert k_turbo3 >= 25, opt["plan"]  # misled: turbo3 K nearly everywhere
+    assert opt["bits_per_value"] <= 4.25 + 1e-9
+    measured = {label: c["measured_calibration_kld"] for label, c in cands.items()}
+    assert doc["kept"].startswith("uniform turbo4/")  # K at turbo4 matters most on SmolLM2
+    assert measured[doc["kept"]] == min(measured.values()) < measured["optimised plan"]
+    assert doc["plan"] == cands[doc["kept"]]["plan"] == f"0-29:{doc['kept'].split()[1]}"
+    assert doc["measured_calibration_kld"] == measured[doc["kept"]]
+    runner_up = sorted(measured.values())[1]
+    assert doc["margin_kld"] == pytest.approx(runner_up - measured[doc["kept"]]) and doc["margin_kld"] > 0
+    assert f"kept {doc['kept']}" in res.output and f"kept {doc['kept']}" in doc["kept_by"]
+    assert build_plan(path, plan=str(tmp_path / "p-4.25.json")).engine_value() == doc["plan"]
+
+
 # ----------------------------------------------------------------------------- K-shift
 
 @pytest.mark.engine

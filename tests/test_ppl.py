@@ -58,6 +58,12 @@ def test_kv_buffers_llama_cpp_allocates_match_the_format_bits(smollm2, ctk, ctv)
             want = n_layer * n_embd_kv * n_ctx * type_info(t).bits_per_value / 8 / 2**20
             assert got == pytest.approx(want, abs=0.006), (t, got, want)  # llama.cpp prints 2 decimals
         assert (eng.report.k_type, eng.report.v_type) == (ctk, ctv)
+        # the exact bytes per token, counted from the types and the header, not from the rounded MiB
+        row = lambda t: n_embd_kv // type_info(t).block_size * type_info(t).type_size  # noqa: E731
+        assert eng.report.kv_bytes_per_token == n_layer * (row(ctk) + row(ctv))
+        assert eng.report.kv_bytes_per_token * n_ctx / 2**20 == pytest.approx(
+            eng.report.k_mib + eng.report.v_mib, abs=0.011)
+        assert eng.report.bits_per_value == (type_info(ctk).bits_per_value + type_info(ctv).bits_per_value) / 2
     finally:
         eng.close()
     assert type_info("turbo4").bits_per_value == 4.25 and type_info("turbo3").bits_per_value == 3.25

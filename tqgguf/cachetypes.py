@@ -77,6 +77,13 @@ class TypeInfo:
     def bits_per_value(self) -> float:
         return 8.0 * self.type_size / self.block_size
 
+    def row_bytes(self, n_values: int) -> int:
+        """Bytes of a row of ``n_values`` values (ggml_row_size: type_size * n / block_size,
+        ggml/src/ggml.c). Raises ValueError when n_values is not a multiple of block_size."""
+        if n_values % self.block_size:
+            raise ValueError(f"{n_values} values are not a whole number of {self.name} blocks of {self.block_size}")
+        return self.type_size * n_values // self.block_size
+
 
 def _lib_dir() -> Path:
     from importlib.util import find_spec

@@ -438,6 +438,17 @@ def bits_per_value(types: list[tuple[str, str]], head_k: int, head_v: int, bits_
     return tot / (len(types) * (head_k + head_v)) if types else 0.0
 
 
+def kv_bytes_per_token(types: list[tuple[str, str]], layers: ModelLayers, row_bytes) -> int:
+    """Exact bytes one token takes in the KV cache of every layer: per layer, a K row of
+    n_head_kv · head_k values and a V row of n_head_kv · head_v values of that layer's
+    (K, V) ``types``; ``row_bytes(name, n_values) -> bytes`` is ggml_row_size
+    (tqgguf.cachetypes TypeInfo.row_bytes). The count llama.cpp allocates per cell when
+    every layer holds every cell (its default, swa_full). SmolLM2-135M f16/f16: 30 layers ·
+    2 · 3 heads · 64 · 2 bytes = 23040."""
+    return sum(row_bytes(k, layers.n_head_kv * layers.head_k) + row_bytes(v, layers.n_head_kv * layers.head_v)
+               for k, v in types)
+
+
 def any_quantized_k(plan: KVPlan | None, ctk: str) -> bool:
     """True when some layer's K cache is quantized under ``plan`` and ``-ctk``."""
     return any(is_quantized(t) for t in (plan.k_types(ctk) if plan else {ctk}))

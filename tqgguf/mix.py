@@ -17,9 +17,17 @@
 3. **Choice.** Minimise the predicted KLD subject to the average bits per stored value
    (each layer's K and V weighted by its values per token) ≤ B: a multiple-choice knapsack,
    solved exactly by dynamic programming over bits in 1/32-bit steps.
-4. The plan is written as JSON (tqgguf.kvplan plan file) with the model's sha256, its layer
-   count, the predicted KLD, the achieved bits/value and the sensitivity table.
-   ``--kv-plan FILE`` applies it; a plan for another model file is refused.
+4. **Check and fallback.** The prediction is first-order and made on a short text, so the
+   chosen plan is run whole on the same calibration chunks, together with every uniform
+   configuration that fits the budget (each K/V pair of f16 and the candidate types, the
+   K/V-asymmetric ones included, e.g. turbo4/turbo3): whichever measures the lowest KLD is
+   kept (:func:`choose_checked`). On SmolLM2 at 4.25 bits the optimised plan measured
+   0.0453 on WikiText-2 where uniform turbo4/turbo4 measures 0.0449; a uniform
+   configuration that is better is not beaten by a plan file that only predicts to be.
+5. The plan is written as JSON (tqgguf.kvplan plan file) with the model's sha256, its layer
+   count, the predicted and measured KLD, the achieved bits/value, every checked candidate
+   with which was kept and by how much, and the sensitivity table. ``--kv-plan FILE``
+   applies it; a plan for another model file is refused.
 """
 from __future__ import annotations
 
@@ -181,12 +189,122 @@ def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None
 
 
 def measure_plans(model_path: str | os.PathLike, text: str, plans: list[str], *, n_ctx: int = 256, chunks: int = 2,
-                  n_threads: int | None = None) -> list[float]:
+                  n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[float]:
     """The measured mean KLD against f16 of each whole plan (an explicit map, -ctk/-ctv f16
     elsewhere) on the calibration chunks :func:`measure` used: how well the additive
-    prediction held on the text it was made from. Costs 1 + len(plans) runs."""
+    prediction held on the text it was made from. Costs 1 + len(plans) runs; progress gets
+    one line per plan. Raises MixError for a text shorter than one chunk, EngineError."""
     cal = _calibrate(model_path, text, n_ctx, chunks, n_threads)
-    return [_plan_kld(model_path, cal, p, n_threads) for p in plans]
+    out = []
+    for p in plans:
+        out.append(_plan_kld(model_path, cal, p, n_threads))
+        if progress:
+            progress(f"{p}: KLD {out[-1]:.6f}")
+    return out
+
+
+@dataclass
+class Candidate:
+    """One configuration :func:`choose_checked` runs on the calibration text.
+
+    label: "optimised plan" or "uniform K/V"; types: (K, V) per layer; bits: its average
+    bits per stored value (K and V weighted by their values per token); predicted: the
+    additive prediction (:func:`predict`); measured: mean KLD against f16 on the
+    calibration chunks (None until run).
+    """
+
+    label: str
+    types: list[tuple[str, str]]
+    bits: float
+    predicted: float
+    measured: float | None = None
+
+    @property
+    def plan(self) -> str:
+        """The explicit map (:func:`plan_map`) that applies it under -ctk/-ctv f16."""
+        return plan_map(self.types)
+
+    @property
+    def uniform(self) -> tuple[str, str] | None:
+        """(K, V) when every layer has the same pair, else None."""
+        return self.types[0] if len(set(self.types)) == 1 else None
+
+
+@dataclass
+class Choice:
+    """What :func:`choose_checked` kept for one budget: ``kept`` (the lowest measured KLD)
+    out of ``candidates`` (the optimised plan first, then the uniform pairs by bits)."""
+
+    budget: float
+    kept: Candidate
+    candidates: list[Candidate]
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        """The best candidate that was not kept (None when there was only one)."""
+        others = [c for c in self.candidates if c is not self.kept]
+        return min(others, key=lambda c: c.measured) if others else None
+
+    def summary(self) -> str:
+        """One line: which candidate was kept and by how much it measured lower than the
+        runner-up (absolute KLD and relative), e.g. ``kept uniform turbo4/turbo4 (KLD 0.0400):
+        0.0027 (6.3%) below optimised plan (0.0427)``."""
+        k, r = self.kept, self.runner_up
+        head = f"kept {k.label} (measured KLD {k.measured:.6f})"
+        if r is None:
+            return head + ": the only configuration that fits"
+        d = r.measured - k.measured
+        rel = f" ({100 * d / r.measured:.1f}%)" if r.measured > 0 else ""
+        return f"{head}: {d:.6f}{rel} below the runner-up, {r.label} ({r.measured:.6f})"
+
+
+def pair_bits(k: str, v: str, head_k: int = 1, head_v: int = 1) -> float:
+    """Average bits per stored value of K type ``k`` and V type ``v`` (weighted by the K and V
+    values per token, head_k / head_v)."""
+    return (bits_of(k) * head_k + bits_of(v) * head_v) / (head_k + head_v)
+
+
+def uniform_pairs(types: tuple[str, ...], bits: float, head_k: int = 1, head_v: int = 1) -> list[tuple[str, str]]:
+    """Every (K, V) pair of f16 and ``types`` whose bits/value (:func:`pair_bits`) is ≤
+    ``bits``, the K/V-asymmetric ones included, most bits first (at most (len(types)+1)²)."""
+    options = ("f16",) + tuple(types)
+    fit = [(k, v) for k in options for v in options if pair_bits(k, v, head_k, head_v) <= bits + 1e-9]
+    return sorted(fit, key=lambda p: (-pair_bits(*p, head_k, head_v), options.index(p[0]), options.index(p[1])))
+
+
+def choose_checked(model_path: str | os.PathLike, text: str, sens: Sensitivity, budgets: list[float], *,
+                   head_k: int = 1, head_v: int = 1, n_ctx: int = 256, chunks: int = 2,
+                   n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[Choice]:
+    """For each budget: the optimised plan (:func:`choose`) and every uniform pair that fits
+    (:func:`uniform_pairs`) are run whole on the calibration chunks of :func:`measure` (same
+    text, n_ctx, chunks), and the one that measures the lowest mean KLD is kept (a tie
+    keeps a uniform pair, which runs with plain -ctk/-ctv anywhere, and then the fewer bits).
+
+    A configuration shared by several budgets, or an optimised plan that is itself uniform,
+    is run once. Costs 1 + (distinct configurations) runs. Returns one :class:`Choice` per
+    budget, in order. Raises MixError (budget, text), EngineError.
+    """
+    per_budget: list[list[Candidate]] = []
+    for b in budgets:
+        types, predicted, achieved = choose(sens, b, head_k=head_k, head_v=head_v)
+        cands = [Candidate("optimised plan", types, achieved, predicted)]
+        if cands[0].uniform:
+            cands[0].label = f"optimised plan (= uniform {'/'.join(cands[0].uniform)})"
+        for k, v in uniform_pairs(sens.types, b, head_k, head_v):
+            if (k, v) != cands[0].uniform:
+                pair = [(k, v)] * sens.n_layer
+                cands.append(Candidate(f"uniform {k}/{v}", pair, pair_bits(k, v, head_k, head_v), predict(sens, pair)))
+        per_budget.append(cands)
+    maps = list(dict.fromkeys(c.plan for cands in per_budget for c in cands))
+    measured = dict(zip(maps, measure_plans(model_path, text, maps, n_ctx=n_ctx, chunks=chunks, n_threads=n_threads,
+                                            progress=progress)))
+    out = []
+    for b, cands in zip(budgets, per_budget):
+        for c in cands:
+            c.measured = measured[c.plan]
+        kept = min(cands, key=lambda c: (c.measured, c.uniform is None, c.bits))
+        out.append(Choice(b, kept, cands))
+    return out
 
 
 def floors(sens: Sensitivity) -> dict[str, float]:
@@ -275,18 +393,36 @@ def plan_map(types: list[tuple[str, str]]) -> str:
 
 def write_plan(path: str | os.PathLike, model_path: str | os.PathLike, types: list[tuple[str, str]], *,
                bits: float, predicted: float, achieved: float, sens: Sensitivity, text_label: str,
-               measured: float | None = None) -> dict:
+               measured: float | None = None, choice: Choice | None = None) -> dict:
     """Write the plan file (tqgguf.kvplan format) atomically; return its content. measured:
-    the whole plan's KLD on the calibration chunks (:func:`measure_plans`), if known."""
+    the whole plan's KLD on the calibration chunks (:func:`measure_plans`), if known.
+    choice: the :class:`Choice` it was kept from; recorded as ``kept`` (its label),
+    ``kept_by`` (:meth:`Choice.summary`), ``margin_kld`` (runner-up's measured KLD minus
+    the kept one's; None when alone) and ``candidates`` (each one's label, plan,
+    bits/value, predicted and measured KLD). See :func:`write_choice`."""
     doc = {"format": PLAN_FILE_FORMAT, "model": Path(model_path).name, "model_sha256": sha256_file_cached(model_path),
            "n_layer": len(types), "plan": plan_map(types), "budget_bits_per_value": bits,
            "bits_per_value": achieved, "predicted_kld": predicted, "measured_calibration_kld": measured,
            "calibration_text": text_label,
-           "calibration_tokens_scored": sens.tokens, "types": list(sens.types),
-           "sensitivity": {f"{il}.{s}.{t}": v for (il, s, t), v in sorted(sens.kld.items())}}
+           "calibration_tokens_scored": sens.tokens, "types": list(sens.types)}
+    if choice is not None:
+        r = choice.runner_up
+        doc |= {"kept": choice.kept.label, "kept_by": choice.summary(),
+                "margin_kld": None if r is None else r.measured - choice.kept.measured,
+                "candidates": [{"label": c.label, "plan": c.plan, "bits_per_value": c.bits, "predicted_kld": c.predicted,
+                                "measured_calibration_kld": c.measured} for c in choice.candidates]}
+    doc["sensitivity"] = {f"{il}.{s}.{t}": v for (il, s, t), v in sorted(sens.kld.items())}
     with atomic_output(path) as tmp:
         Path(tmp).write_text(json.dumps(doc, indent=1))
     return doc
+
+
+def write_choice(path: str | os.PathLike, model_path: str | os.PathLike, choice: Choice, *, sens: Sensitivity,
+                 text_label: str) -> dict:
+    """Write the plan file of ``choice.kept`` (:func:`write_plan` with the choice recorded)."""
+    k = choice.kept
+    return write_plan(path, model_path, k.types, bits=choice.budget, predicted=k.predicted, achieved=k.bits, sens=sens,
+                      text_label=text_label, measured=k.measured, choice=choice)
 
 
 def parse_types(value: str) -> tuple[str, ...]:

@@ -14,11 +14,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cachetypes import FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id
+from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id,
+                         type_info)
 from .config import parse_k_center
 from .engine import EngineError, capture, engine_env, ensure_engine, gpu_offload_error
 from . import kcenter
-from .kvplan import KVPlan, build_plan
+from .kvplan import KVPlan, build_plan, kv_bytes_per_token, model_layers
 from .enginevars import warn_overrides
 
 
@@ -33,12 +34,14 @@ class KVReport:
     ("" = off; see tqgguf.kcenter) and k_center_active whether it subtracts anything;
     kv_plan: the LLAMA_KV_PLAN the engine applied ("" = none), kv_plan_layers its per-layer
     K/V types in runs ("0-1 q8_0/q8_0, 2-21 turbo3/turbo3, ..."; one text per KV cache,
-    joined by " | "), kv_bytes_per_token the bytes one token takes in all KV caches and
-    bits_per_value the average stored bits per K/V value (None without a plan: then the
-    -ctk/-ctv types say it); k_center_reason why ``--k-center auto`` chose its mode (set by
-    open_model, "" when the mode was given); n_ctx_train the model's training context when
-    llama.cpp compared n_ctx with it (0 when they are equal), so ``n_ctx > n_ctx_train > 0``
-    is llama.cpp's "possible training context overflow".
+    joined by " | "), kv_bytes_per_token the exact bytes one token takes in all KV caches'
+    layers (the engine's plan line; without a plan, open_model counts them from the types
+    and the GGUF header, tqgguf.kvplan.kv_bytes_per_token, not from the rounded MiB) and
+    bits_per_value the average stored bits per K/V value; k_center_reason why
+    ``--k-center auto`` chose its mode (set by open_model, "" when the mode was given);
+    n_ctx_train the model's training context when llama.cpp compared n_ctx with it (0 when
+    they are equal), so ``n_ctx > n_ctx_train > 0`` is llama.cpp's "possible training
+    context overflow".
     """
 
     k_type: str = ""
@@ -231,6 +234,12 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
                           + ("; ".join(errors[-4:]) or str(e))) from e
     report = parse_kv_report(capture.since(mark))
     report.k_center_reason = reason
+    if plan is None and report.kv_bytes_per_token is None:  # one type pair: count the bytes exactly
+        layers = model_layers(path)
+        report.kv_bytes_per_token = kv_bytes_per_token([(ctk, ctv)] * layers.n_layer, layers,
+                                                       lambda t, n: type_info(t).row_bytes(n))
+        values = layers.n_layer * layers.n_head_kv * (layers.head_k + layers.head_v)
+        report.bits_per_value = 8 * report.kv_bytes_per_token / values
     if plan is None and report.k_type and (report.k_type != ctk or report.v_type != ctv):
         llama.close()
         raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested {ctk}/{ctv}")

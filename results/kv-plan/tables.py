@@ -68,6 +68,21 @@ def chk(plan: dict) -> str:
     return "—" if m is None else f"{m:.4f}"
 
 
+def kept(plan: dict) -> str:
+    """Which candidate the calibration check kept (plan files from the checked choice) and
+    by how much it measured below the runner-up."""
+    if "kept" not in plan:
+        return "— (made before the check)"
+    cands = {c["label"]: c for c in plan["candidates"]}
+    others = [c for c in plan["candidates"] if c["label"] != plan["kept"]]
+    if not others:
+        return plan["kept"]
+    ru = min(others, key=lambda c: c["measured_calibration_kld"])
+    m = cands[plan["kept"]]["measured_calibration_kld"]
+    r = ru["measured_calibration_kld"]
+    return f"{plan['kept']}, {100 * (r - m) / r:.1f}% below the runner-up {ru['label']} ({r:.4f})"
+
+
 def main() -> None:
     print("## --kv-boundary 2 against uniform turbo3 and turbo4 (WikiText-2 test, n_ctx 512, 20 chunks)\n")
     print("| model, K/V | PPL | vs f16 | mean KLD | bits/value | source |")
@@ -110,9 +125,9 @@ def main() -> None:
             print(f"| {r['n_ctx']}, {r['chunks']} | {r['ctk']}/{r['ctv']} | {r.get('kv_plan') or '—'} | {r['ppl']:.4f} | "
                   f"{100 * (r['ppl'] / f16 - 1):+.1f}% | {r['kld_mean']:.4f} | {r['bits_per_value']:.2f} |")
     print("\n## tqgguf mix plans on WikiText-2 (calibration: the built-in pydoc corpus) against the uniform map\n")
-    print("| model | budget | plan bits/value | predicted KLD | checked on calibration | measured KLD (WikiText-2) | PPL "
-          "| vs f16 | uniform configs with >= bits and lower KLD | best uniform with <= bits |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | budget | plan bits/value | predicted KLD | checked on calibration | kept on calibration "
+          "| measured KLD (WikiText-2) | PPL | vs f16 | uniform configs with >= bits and lower KLD | best uniform with <= bits |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, title in MODELS.items():
         mine = ours(name)
         base = mine.get("f16/f16/rot=n/a")
@@ -120,13 +135,13 @@ def main() -> None:
         for b in ("3.5", "4.25"):
             pf = HERE / "mix" / f"{name}-{b}.json"
             if not pf.exists():
-                print(f"| {title} | {b} | not measured | | | | | | | |")
+                print(f"| {title} | {b} | not measured | | | | | | | | |")
                 continue
             plan = json.loads(pf.read_text())
             r = next((r for r in mine.values() if str(pf.name) in r.get("kv_plan", "")), None)
             if r is None:
                 print(f"| {title} | {b} | {plan['bits_per_value']:.3f} | {plan['predicted_kld']:.4f} | {chk(plan)} | "
-                      "not measured | | | | |")
+                      f"{kept(plan)} | not measured | | | | |")
                 continue
             bits, kld = r["bits_per_value"], r["kld_mean"]
             better = sorted((u for u in umap if u["bits"] >= bits - 1e-9 and u["kld"] < kld), key=lambda u: u["bits"])
@@ -138,7 +153,8 @@ def main() -> None:
             bb = f"{best_below['ctk']}/{best_below['ctv']} ({best_below['bits']:.2f} b, {best_below['kld']:.4f})" \
                 if best_below else "—"
             f16 = base["ppl"] if base else F16_PPL[name]
-            print(f"| {title} | {b} | {bits:.3f} | {plan['predicted_kld']:.4f} | {chk(plan)} | {kld:.4f} | {r['ppl']:.4f} | "
+            print(f"| {title} | {b} | {bits:.3f} | {plan['predicted_kld']:.4f} | {chk(plan)} | {kept(plan)} | {kld:.4f} | "
+                  f"{r['ppl']:.4f} | "
                   f"{100 * (r['ppl'] / f16 - 1):+.1f}% | {bl} | {bb} |")
     print("\nPlans:\n")
     for name in MODELS:

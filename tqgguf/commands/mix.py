@@ -25,11 +25,11 @@ from ..cachetypes import EngineNotBuiltError
 def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
     """Measure how much each layer's K and V cache costs in KLD when lowered (on a
     calibration text), then choose per-layer types that minimise the predicted KLD with
-    average bits/value <= --bits, and write the plan with the model's sha256. Apply it
-    with --kv-plan FILE (ppl, sweep, serve)."""
+    average bits/value <= --bits. The chosen plan and every uniform K/V pair that fits the
+    budget are then run on the calibration text and whichever measures the lowest KLD is
+    written, with the model's sha256. Apply it with --kv-plan FILE (ppl, sweep, serve)."""
     from ..kvplan import KVPlanError
-    from ..mix import (MixError, check_budget, choose, measure, measure_plans, parse_types, plan_map, store_path,
-                       write_plan)
+    from ..mix import MixError, check_budget, choose_checked, measure, parse_types, store_path, write_choice
     from ..models import ModelError, resolve_model
     from ..runtime import EngineError
     from ..texts import builtin_corpus
@@ -63,17 +63,26 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
         raise click.UsageError(str(e)) from e
     except (EngineError, EngineNotBuiltError, OSError) as e:
         raise click.ClickException(str(e)) from e
-    chosen = [choose(sens, b, head_k=layers.head_k, head_v=layers.head_v) for b in bits]
-    try:  # the whole plans on the same calibration chunks: did the additive prediction hold?
-        checked = measure_plans(path, text, [plan_map(c[0]) for c in chosen], n_ctx=n_ctx, chunks=chunks,
-                                n_threads=threads)
+    from ..kcenter import resolve_auto
+
+    kc, why = resolve_auto(path, cand)
+    click.echo(f"k_center: auto -> {kc} for a plan that quantizes K: {why}", err=True)
+    click.echo("checking each budget's optimised plan and the uniform K/V pairs that fit it on the calibration text",
+               err=True)
+    try:  # the whole plans and the uniform pairs on the same calibration chunks: keep what measures lowest
+        choices = choose_checked(path, text, sens, list(bits), head_k=layers.head_k, head_v=layers.head_v,
+                                 n_ctx=n_ctx, chunks=chunks, n_threads=threads,
+                                 progress=lambda m: click.echo("  " + m, err=True))
     except (EngineError, EngineNotBuiltError) as e:
         raise click.ClickException(str(e)) from e
-    for b, (plan, predicted, achieved), measured in zip(bits, chosen, checked):
+    for b, ch in zip(bits, choices):
         dest = Path(str(out).replace("{bits}", f"{b:g}")) if out else \
             path.with_name(f"{path.stem}.kv-plan-{b:g}.json")
-        doc = write_plan(dest, path, plan, bits=b, predicted=predicted, achieved=achieved, sens=sens, text_label=label,
-                         measured=measured)
-        click.echo(f"--bits {b:g}: {achieved:.3f} bits/value, predicted KLD {predicted:.6f}, measured on the "
-                   f"calibration text {measured:.6f}: {doc['plan']}")
-        click.echo(f"  wrote {dest}; use: --ctk f16 --ctv f16 --kv-plan {dest}")
+        write_choice(dest, path, ch, sens=sens, text_label=label)
+        k, opt = ch.kept, ch.candidates[0]
+        click.echo(f"--bits {b:g}: {ch.summary()}")
+        click.echo(f"  optimised plan: {opt.bits:.3f} bits/value, predicted KLD {opt.predicted:.6f}, measured on the "
+                   f"calibration text {opt.measured:.6f}: {opt.plan}")
+        plain = f" (the same as --ctk {k.uniform[0]} --ctv {k.uniform[1]})" if k.uniform else ""
+        click.echo(f"  wrote {dest} ({k.label}, {k.bits:.3f} bits/value); use: --ctk f16 --ctv f16 --kv-plan {dest}"
+                   f"{plain}")

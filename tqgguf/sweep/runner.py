@@ -98,9 +98,10 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def _kv_fields(report, cells: int) -> dict:
-    total = (report.k_mib + report.v_mib) * 1048576.0
+    """The row's KV fields; kv_bytes_per_token is the engine report's exact count
+    (tqgguf.runtime.KVReport), not the 2-decimal MiB over the cells."""
     return {"k_mib": report.k_mib, "v_mib": report.v_mib, "kv_cells": cells,
-            "kv_bytes_per_token": total / cells if cells else float("nan"),
+            "kv_bytes_per_token": report.kv_bytes_per_token,
             "attn_rot_k": report.attn_rot_k, "attn_rot_v": report.attn_rot_v, "flash_attn": report.flash_attn}
 
 
