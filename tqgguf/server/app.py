@@ -269,17 +269,21 @@ def create_app(manager: Manager) -> FastAPI:
         finally:
             await stack.aclose()
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
+    # The pass-through routes are plain Starlette routes: FastAPI's endpoint layer (parameter
+    # analysis, dependency solving, response serialisation) does nothing for them but costs
+    # CPU on every request, and a burst of requests pays it one after another.
+    async def chat_completions(request: Request) -> Response:
         return await passthrough(request, "/v1/chat/completions", "chat")
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
+    async def completions(request: Request) -> Response:
         return await passthrough(request, "/v1/completions", "chat")
 
-    @app.post("/v1/embeddings")
-    async def embeddings(request: Request):
+    async def embeddings(request: Request) -> Response:
         return await passthrough(request, "/v1/embeddings", "embed")
+
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/completions", completions, methods=["POST"])
+    app.add_route("/v1/embeddings", embeddings, methods=["POST"])
 
     def _openai_model(m: ModelFile) -> dict:
         return {"id": m.name, "object": "model", "created": int(m.path.stat().st_mtime), "owned_by": "tqgguf"}

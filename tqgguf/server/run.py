@@ -117,6 +117,16 @@ def startup_summary(config: ServeConfig, runner: Runner) -> list[str]:
     return lines
 
 
+def _loop_factory():
+    """uvloop's event loop when it is installed (``pip install tqgguf[fast]`` / uvicorn[standard]),
+    else asyncio's own. It cuts the front's CPU per request; README's serve section has the numbers."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def _log_config(level: str) -> dict:
     from uvicorn.config import LOGGING_CONFIG
 
@@ -165,6 +175,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
             await manager.shutdown()
 
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(main())
     finally:
         sock.close()

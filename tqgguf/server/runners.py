@@ -189,6 +189,32 @@ def _ftype_name(code: Any) -> str:
         return "unknown"
 
 
+#: Seconds an idle connection to llama-server is kept for reuse. llama-server (cpp-httplib,
+#: CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND in its vendored httplib.h) closes a connection that has
+#: been idle for 5 s; a client that reuses one at that moment gets a disconnect, and a POST is
+#: not retried (aiohttp's default keep-alive is 15 s, which is what made reuse fail before).
+#: Well under 5 s, the front's side always gives a connection up first.
+CHILD_KEEPALIVE_S = 2.0
+
+
+def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
+    """The front's HTTP client to one llama-server child: kept-alive connections, at most
+    ``2 * n_parallel + 8`` at once (each slot's request plus the short calls that go with
+    it: /tokenize, /apply-template, /health, /metrics; beyond that llama-server would only
+    queue them), no total timeout (a generation takes as long as it takes).
+
+    aiohttp rather than httpx on this path: at 32 concurrent requests httpx cost ~2 ms of
+    CPU per request (~8 ms with idle connections kept: httpcore's pool checks every idle
+    socket on each request), aiohttp ~0.9 ms (measured on this project's 2-core CI machine).
+    Reusing connections instead of one per request (connect + close on both sides) cut the
+    front's CPU per request further; README's serve section has the numbers.
+    """
+    return aiohttp.ClientSession(
+        base_url=base_url, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        connector=aiohttp.TCPConnector(limit=2 * n_parallel + 8, keepalive_timeout=CHILD_KEEPALIVE_S),
+        read_bufsize=1 << 20)
+
+
 class Runner:
     """One model in one llama-server child (see module docstring). ``state``: loading,
     ready, restarting, failed, stopped."""
@@ -264,15 +290,7 @@ class Runner:
             self.state, self.error = "failed", str(e)
             raise
         self.load_seconds = time.monotonic() - t0
-        # aiohttp, not httpx, for the hot path: at 32 concurrent requests to llama-server, httpx
-        # cost ~2 ms of CPU per request (~8 ms with idle connections kept: httpcore's pool checks
-        # every idle socket on each request), aiohttp ~0.9 ms, measured on this project's 2-core
-        # CI machine; that CPU is what the front adds to a burst of requests. One connection per
-        # request (force_close): a kept-alive one that llama-server closed as it was reused turned
-        # a request into an error (seen at 8 clients), and the requests are POSTs, not retried.
-        self.client = aiohttp.ClientSession(
-            base_url=child.base_url, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            connector=aiohttp.TCPConnector(limit=0, force_close=True), read_bufsize=1 << 20)
+        self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
         log.info("llama-server for %s ready in %.2f s (pid %d, port %d, %s)", self.model.name, self.load_seconds,
