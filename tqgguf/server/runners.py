@@ -580,7 +580,7 @@ class Manager:
                     changes.insert(0, f"num_ctx {num_ctx}")
                 was = [f"num_ctx {r.n_ctx}"] if grow else []
                 log.info("reloading %s with %s (was %s): waiting for %d request(s) to finish", model.name,
-                         ", ".join(changes), ", ".join(was + [f"{c.split()[0]} {r.effective(c.split()[0])}"
+                         ", ".join(changes), ", ".join(was + [f"{c.split()[0]} {json.dumps(r.effective(c.split()[0]))}"
                                                              for c in changes if not c.startswith("num_ctx")]),
                          r.active)
                 await r.idle.wait()
