@@ -58,7 +58,7 @@ export NGL=${NGL:-99}
 
 {
     echo "== $(date -u +%FT%TZ) tqgguf serve throughput; BIN $BIN; model $MODEL"
-    "$PY" -c 'import fastapi, uvicorn, pydantic, gguf, diskcache, aiohttp, httpx, click, rich, numpy, llama_cpp; print("imports ok; llama_cpp", llama_cpp.__file__)'
+    "$PY" -c 'import fastapi, uvicorn, pydantic, gguf, diskcache, aiohttp, httpx, click, rich, numpy, llama_cpp, httptools, uvloop; print("imports ok; llama_cpp", llama_cpp.__file__, "httptools", httptools.__version__, "uvloop", uvloop.__version__)'
     info=$("$PY" -m tqgguf info 2>&1) || { echo "$info"; echo "error: tqgguf info failed"; exit 1; }
     sed -n '1,5p' <<< "$info"
     if [[ $backend == cuda ]] && ! grep -q '^backends.*CUDA' <<< "$info"; then

@@ -4,7 +4,8 @@
 # into .device/serve/ (git-ignored; about 4 MB; name it in the device call's carry list):
 #   wheels/     the server's Python deps the device image lacks (fastapi, starlette, uvicorn,
 #               pydantic + pydantic_core, annotated_types, typing_inspection, annotated_doc,
-#               opentelemetry-api (fastapi imports it),
+#               opentelemetry-api (fastapi imports it), httptools (uvicorn's C HTTP parser, which
+#               the front uses when it is there; the image has uvloop but not httptools),
 #               typing_extensions, gguf, diskcache), at the versions this environment runs,
 #               for CPython PYVER (default 3.12, the device's python3) on manylinux x86_64;
 #               the image has the rest (aiohttp, httpx, click, rich, numpy, jinja2, ...: KINDS.md)
@@ -27,7 +28,8 @@ rm -rf "$K" && mkdir -p "$K/wheels" "$K/old"
 mapfile -t REQS < <("$PY" - <<'PY'
 from importlib.metadata import version
 for n in ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_core", "annotated_types",
-          "typing_inspection", "annotated_doc", "typing_extensions", "opentelemetry-api", "gguf", "diskcache"):
+          "typing_inspection", "annotated_doc", "typing_extensions", "opentelemetry-api", "gguf", "diskcache",
+          "httptools"):
     print(f"{n}=={version(n)}")
 PY
 )

@@ -8,13 +8,17 @@
 # puts one in ~/.cache/tqgguf/build/tools-cuda/bin/llama-server). MODEL: a GGUF path.
 # Settings (environment, defaults = the GPU acceptance run of issue 13):
 #   CLIENTS=32 TOKENS=128 REQUESTS=1 NP=32 NGL=99 CTK=turbo4 CTV=turbo4 CTX=512 (per slot) THREADS=
+#   REPEAT=5                       measured runs per server (after one warm-up request per client
+#                                  connection); each run is logged, the table shows the median
 #   TQGGUF="tqgguf"                command that runs the new tqgguf
 #   OLD_TQGGUF=""                  command that runs the old tqgguf (e.g. "env PYTHONPATH=/path/to/main python -m tqgguf");
 #                                  empty = skip it
 #   PY=python3                     python with httpx, for scripts/serve_load.py
 #   OUT=serve_throughput-<time>    directory for the logs and results.jsonl
 #   READY_TIMEOUT=600              seconds a server may take to load
-# Prints one line per server and the ratios; exits non-zero with the log tail when a server fails.
+# Prints one line per server (median t/s, every run's t/s, the server process's CPU per request:
+# for tqgguf serve that is the front alone, its llama-server child is another process) and the
+# ratios of the medians; exits non-zero with the log tail when a server fails.
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -25,7 +29,7 @@ LS=$1 MODEL=$2
 [[ -x $LS ]] || { echo "error: $LS is not an executable llama-server" >&2; exit 2; }
 [[ -f $MODEL ]] || { echo "error: model $MODEL not found" >&2; exit 2; }
 CLIENTS=${CLIENTS:-32} TOKENS=${TOKENS:-128} REQUESTS=${REQUESTS:-1} NP=${NP:-32} NGL=${NGL:-99}
-CTK=${CTK:-turbo4} CTV=${CTV:-turbo4} CTX=${CTX:-512} THREADS=${THREADS:-}
+CTK=${CTK:-turbo4} CTV=${CTV:-turbo4} CTX=${CTX:-512} THREADS=${THREADS:-} REPEAT=${REPEAT:-5}
 TQGGUF=${TQGGUF:-tqgguf} OLD_TQGGUF=${OLD_TQGGUF:-} PY=${PY:-python3} READY_TIMEOUT=${READY_TIMEOUT:-600}
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-serve_throughput-$(date +%Y%m%d-%H%M%S)}
@@ -66,7 +70,8 @@ measure() {  # label cmd...
   local pid=$!
   PIDS+=("$pid")
   wait_ready "$pid" "$url" "$log"
-  "$PY" "$HERE/serve_load.py" "$url" --clients "$CLIENTS" --tokens "$TOKENS" --requests "$REQUESTS" --json \
+  "$PY" "$HERE/serve_load.py" "$url" --clients "$CLIENTS" --tokens "$TOKENS" --requests "$REQUESTS" \
+    --repeat "$REPEAT" --cpu-pid "$pid" --json \
     | "$PY" -c 'import json, sys; d = json.load(sys.stdin); d["label"] = sys.argv[1]; print(json.dumps(d))' "$label" \
     | tee -a "$RESULTS" >&2
   kill "$pid" 2>/dev/null || true
@@ -88,16 +93,22 @@ fi
 "$PY" - "$RESULTS" <<'PY'
 import json, sys
 rows = {r["label"]: r for r in map(json.loads, open(sys.argv[1]))}
-print(f"{'server':<18} {'requests ok':>11} {'tokens':>7} {'wall s':>8} {'t/s':>9}")
+print(f"{'server':<18} {'requests ok':>11} {'tokens':>7} {'wall s':>8} {'t/s':>9} {'CPU ms/req':>10}  runs (t/s)")
 for label, r in rows.items():
-    print(f"{label:<18} {r['requests_ok']:>11} {r['completion_tokens']:>7} {r['wall_s']:>8.2f} {r['aggregate_tps']:>9.2f}"
+    print(f"{label:<18} {r['requests_ok']:>11} {r['completion_tokens']:>7} {r['wall_s']:>8.2f} "
+          f"{r['aggregate_tps_median']:>9.2f} {r.get('server_cpu_ms_per_request_median', float('nan')):>10.2f}  "
+          + " ".join(f"{x:.0f}" for x in r["aggregate_tps_runs"])
           + (f"  errors: {len(r['errors'])}" if r["errors"] else ""))
+print(f"(median of {next(iter(rows.values()))['repeat']} runs each; CPU: the server process alone, "
+      "for tqgguf serve its front without the llama-server child)")
 direct, front = rows.get("llama-server"), rows.get("tqgguf-serve")
-if direct and front and direct["aggregate_tps"]:
-    print(f"tqgguf serve / llama-server = {front['aggregate_tps'] / direct['aggregate_tps']:.3f} (goal >= 0.9)")
+if direct and front and direct["aggregate_tps_median"]:
+    print(f"tqgguf serve / llama-server = {front['aggregate_tps_median'] / direct['aggregate_tps_median']:.3f} "
+          "(goal >= 0.9)")
 old = rows.get("old-tqgguf-serve")
-if front and old and old["aggregate_tps"]:
-    print(f"tqgguf serve / old tqgguf serve = {front['aggregate_tps'] / old['aggregate_tps']:.2f} (goal >= 5)")
+if front and old and old["aggregate_tps_median"]:
+    print(f"tqgguf serve / old tqgguf serve = {front['aggregate_tps_median'] / old['aggregate_tps_median']:.2f} "
+          "(goal >= 5)")
 sys.exit(1 if any(r["errors"] for r in rows.values()) else 0)
 PY
 echo "logs and results: $OUT" >&2

@@ -180,6 +180,7 @@ NOT_IMPORTED_BY_TQGGUF = {
     "typing-extensions": "imported by the llama_cpp wheel we install with --no-deps",
     "diskcache": "imported by the llama_cpp wheel we install with --no-deps",
     "jinja2": "imported by the llama_cpp wheel we install with --no-deps",
+    "httptools": "uvicorn's C HTTP parser, which uvicorn uses when it is installed (serve's CPU per request)",
 }
 
 

@@ -303,6 +303,51 @@ def test_num_ctx_reloads_with_the_larger_context_and_says_so(srv):
     assert ei.value.status_code == 400 and "above the maximum context 8192" in ei.value.error
 
 
+def _child_argv(srv) -> list[str]:
+    pid = next(r["pid"] for r in srv.health()[1]["runners"] if r["kind"] == "chat" and r["name"] == ALIAS)
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_ollama_load_options_equal_to_the_running_ones_are_accepted_others_reload_or_are_refused(srv):
+    # what the server runs with: -t 2, no GPU layers, mmap, llama-server's -b 2048 (the context is >= 2048),
+    # SmolLM2-135M's 9 query heads over 3 KV heads, K q8_0 / V turbo4
+    same = {"num_thread": 2, "num_gpu": 0, "use_mmap": True, "main_gpu": 0, "num_batch": 2048, "low_vram": False,
+            "f16_kv": False, "use_mlock": False, "num_gqa": 3}
+    reloads_before = srv.log().count("reloading ")
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
+                                             "options": {**same, "num_predict": 2}})
+    assert r.status_code == 200, r.text
+    assert "x-tqgguf-reloaded" not in r.headers and r.json()["load_duration"] == 0
+    srv.ol.chat(model=ALIAS, messages=[{"role": "user", "content": "hi"}],
+                options={"num_gpu": -1, "num_thread": 0, "num_predict": 2})  # Ollama's "server's choice"
+    assert srv.log().count("reloading ") == reloads_before
+
+    refused = [({"num_gpu": 99}, ["options.num_gpu 99", "num_gpu 0", "lists no GPU device"]),
+               ({"main_gpu": 1}, ["options.main_gpu 1", "main_gpu 0", "CUDA_VISIBLE_DEVICES"]),
+               ({"f16_kv": True}, ["options.f16_kv true", "f16_kv false", "K q8_0 and V turbo4"]),
+               ({"num_gqa": 8}, ["options.num_gqa 8", "num_gqa 3"]),
+               ({"low_vram": True}, ["options.low_vram true", "low_vram false"]),
+               ({"num_thread": "2"}, ["options.num_thread \"2\" must be an integer"])]
+    for opts, needles in refused:
+        with pytest.raises(ollama.ResponseError) as ei:
+            srv.ol.generate(model=ALIAS, prompt="hi", options={**opts, "num_predict": 2})
+        assert ei.value.status_code == 400 and all(n in ei.value.error for n in needles), (opts, ei.value.error)
+
+    # a different num_batch reloads the model with it (-b), once; it stays until a request asks otherwise
+    r = srv.http.post("/api/chat", json={"model": ALIAS, "messages": [{"role": "user", "content": "hi"}],
+                                         "stream": False, "options": {"num_batch": 1024, "num_predict": 2}})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-tqgguf-reloaded"] == "num_batch 1024" and r.json()["load_duration"] > 0
+    argv = _child_argv(srv)
+    assert argv[argv.index("-b") + 1] == "1024"
+    assert "reloading smollm2-135m with num_batch 1024 (was num_batch 2048)" in srv.log()
+    for opts in ({"num_batch": 1024}, {}):
+        r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
+                                                 "options": {**opts, "num_predict": 2}})
+        assert r.status_code == 200 and "x-tqgguf-reloaded" not in r.headers
+    assert srv.log().count("reloading ") == reloads_before + 1
+
+
 def test_keep_alive_zero_unloads_once_and_the_default_returns(srv):
     srv.ol.generate(model=ALIAS, prompt="hi", keep_alive=0, options={"num_predict": 2})
     assert ALIAS + ":latest" not in [m.model for m in srv.ol.ps().models]
@@ -505,8 +550,9 @@ def test_killing_the_child_mid_request_errors_the_client_and_restarts(srv):
     assert r.choices[0].text
 
 
-def test_sigterm_stops_serve_and_its_children(model_path, tmp_path):
-    s = Server(ALIAS, tmp_path, "-c", "256")
+def test_sigterm_stops_serve_and_its_children_and_a_context_past_training_is_warned(model_path, tmp_path):
+    s = Server(ALIAS, tmp_path, "-c", "8448")  # SmolLM2-135M was trained with 8192
+    assert "runs with 8448 tokens per slot, more than the 8192 it was trained for" in s.log()
     kids = _children(s.proc.pid)
     assert len(kids) == 1
     s.proc.send_signal(signal.SIGTERM)
@@ -599,17 +645,73 @@ def test_bad_cli_settings_exit_2_before_loading_the_model(args, env, needle):
 # -- the pieces, without a server -----------------------------------------------------------------
 
 
-def test_ollama_options_map_to_llama_server_fields_and_refuse_what_cannot_apply():
+def test_ollama_options_map_to_llama_server_fields_and_check_load_option_types():
     from tqgguf.server.ollama import RequestError, options
 
-    fields, num_ctx = options({"options": {"temperature": 0, "num_predict": 7, "stop": "x", "num_ctx": 4096}})
+    fields, load = options({"options": {"temperature": 0, "num_predict": 7, "stop": "x", "num_ctx": 4096,
+                                        "num_gpu": 99.0, "use_mmap": False, "num_thread": None}})
     assert fields["temperature"] == 0 and fields["n_predict"] == 7 and fields["stop"] == ["x"]
     assert fields["top_p"] == 0.9 and fields["repeat_penalty"] == 1.1  # Ollama's defaults, not llama-server's
-    assert num_ctx == 4096
-    for bad, needle in [({"num_gpu": 1}, "cannot change per request"), ({"temprature": 1}, "unknown option"),
-                        ({"top_k": "40"}, "must be a number"), ({"num_ctx": 0}, "positive integer")]:
+    assert load == {"num_ctx": 4096, "num_gpu": 99, "use_mmap": False}  # a whole float is an integer; null: skipped
+    assert "num_gpu" not in fields and "num_ctx" not in fields
+    for bad, needle in [({"temprature": 1}, "unknown option"), ({"top_k": "40"}, "must be a number"),
+                        ({"num_ctx": 0}, "positive integer"), ({"num_batch": 1.5}, "options.num_batch 1.5 must be"),
+                        ({"use_mmap": 1}, "options.use_mmap 1 must be true or false"),
+                        ({"num_gpu": -2}, "at least -1")]:
         with pytest.raises(RequestError, match=needle):
             options({"options": bad})
+
+
+def test_load_plan_names_the_option_the_value_and_what_the_server_runs_with(model_path):
+    import asyncio
+
+    from tqgguf.config import resolve_settings
+    from tqgguf.server.runners import LoadOptionRefused, Manager, ModelFile, Runner, ServeConfig
+
+    settings = resolve_settings({"cache_type_k": "f16", "cache_type_v": "f16", "context_length": 256,
+                                 "num_parallel": 2}, {})
+    cfg = ServeConfig(model_path=model_path, alias=ALIAS, settings=settings, llama_server=Path("/nonexistent"),
+                      n_threads=4)
+    m = Manager(cfg)
+    r = Runner(ModelFile(ALIAS, model_path), "chat", cfg, 256, 0)
+    plan = lambda o: asyncio.run(m.plan_load(r, o))  # noqa: E731
+    assert r.effective("num_batch") == 512  # -b 2048 clamped to the whole context, 256 x 2 slots
+    assert plan({"num_batch": 512, "num_thread": 4, "f16_kv": True, "num_gpu": 0, "num_ctx": 99}) == (r.load, [])
+    params, changes = plan({"num_batch": 64, "use_mmap": False, "num_thread": 1})
+    assert (params.n_batch, params.use_mmap, params.n_threads) == (64, False, 1)
+    assert changes == ["num_batch 64", "use_mmap false", "num_thread 1"]
+    assert r.effective("num_gpu") == 0 and r.model.n_layer() == 30
+    with pytest.raises(LoadOptionRefused, match="lists no GPU device") as ei:  # the binary cannot be asked: no GPU
+        plan({"num_gpu": 31})
+    assert ei.value.option == "num_gpu"
+    e = Runner(ModelFile(ALIAS, model_path), "embed", cfg, 256, 0)
+    with pytest.raises(LoadOptionRefused, match="options.num_batch 64: this server runs .* with num_batch 256 for "
+                                                "embeddings"):
+        asyncio.run(m.plan_load(e, {"num_batch": 64}))
+
+
+@pytest.mark.parametrize("flags,env,slots,num_ctx", [
+    ({}, {}, "4096 tokens each (from default;", "up to 8192 tokens per slot (from the model's training context)"),
+    ({}, {"OLLAMA_CONTEXT_LENGTH": "2048"}, "2048 tokens each (from env OLLAMA_CONTEXT_LENGTH;",
+     "up to 8192 tokens per slot (from the model's training context)"),
+    ({"context_length": "16384"}, {"OLLAMA_CONTEXT_LENGTH": "2048"}, "16384 tokens each (from flag -c;",
+     "up to 16384 tokens per slot (from the context length, flag -c)"),
+    ({"context_length": "1024"}, {"TQGGUF_MAX_CONTEXT_LENGTH": "512"}, "1024 tokens each (from flag -c;",
+     "up to 1024 tokens per slot (from the context length, flag -c)"),
+    ({}, {"TQGGUF_MAX_CONTEXT_LENGTH": "6000"}, "4096 tokens each (from default;",
+     "up to 6000 tokens per slot (from env TQGGUF_MAX_CONTEXT_LENGTH)"),
+])
+def test_startup_lines_say_where_the_context_and_its_maximum_come_from(model_path, flags, env, slots, num_ctx):
+    from tqgguf.config import resolve_settings
+    from tqgguf.server.run import startup_summary
+    from tqgguf.server.runners import Manager, Runner, ServeConfig
+
+    settings = resolve_settings(flags, env)
+    cfg = ServeConfig(model_path=model_path, alias=ALIAS, settings=settings, llama_server=Path("/x/llama-server"))
+    m = Manager(cfg)
+    lines = startup_summary(cfg, m, Runner(m.default, "chat", cfg, settings.context_length, 0))
+    assert any(slots in ln for ln in lines), lines
+    assert any(num_ctx in ln for ln in lines), lines
 
 
 def test_plain_json_tool_calls_are_recognised_only_for_offered_tools():
@@ -649,6 +751,10 @@ def test_child_command_line_carries_every_setting():
 
     assert [val(f) for f in ("-c", "-np", "-ctk", "-ctv", "-fa", "-ngl", "-t", "--host", "--port", "-fit")] == \
         ["4096", "4", "q8_0", "turbo4", "on", "all", "3", "127.0.0.1", "5000", "off"]  # -c: total over the slots
+    assert "-b" not in a and "--no-mmap" not in a  # llama-server's defaults unless a request's options change them
+    b = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_batch=256,
+                  use_mmap=False).argv(5000)
+    assert b[b.index("-b") + 1] == "256" and "--no-mmap" in b
     e = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_parallel=4,
                   embedding=True).argv(5001)
     assert "--embeddings" in e and e[e.index("-np") + 1] == "1" and e[e.index("-ub") + 1] == "1024"

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import ollama as ol
 from .child import ChildError
 from .ollama import RequestError
-from .runners import ContextTooLarge, Manager, ModelFile, ModelNotFound, Runner, Unavailable
+from .runners import ContextTooLarge, LoadOptionRefused, Manager, ModelFile, ModelNotFound, Runner, Unavailable
 
 
 def _version() -> str:
@@ -158,6 +158,10 @@ def create_app(manager: Manager) -> FastAPI:
     async def _too_large(request: Request, exc: ContextTooLarge):
         return _error(request, 400, str(exc), "context_length_exceeded", "num_ctx")
 
+    @app.exception_handler(LoadOptionRefused)
+    async def _load_refused(request: Request, exc: LoadOptionRefused):
+        return _error(request, 400, str(exc), "invalid_load_option", exc.option)
+
     @app.exception_handler(Unavailable)
     async def _unavailable(request: Request, exc: Unavailable):
         return _error(request, 503, str(exc))
@@ -210,8 +214,11 @@ def create_app(manager: Manager) -> FastAPI:
         if r.client is None:
             raise ChildGone(_gone_message(r))
         try:
+            # a stream gets a connection of its own, closed when it ends: a kept-alive connection
+            # that had carried a stream was sometimes found closed by llama-server when reused
+            # (8 streaming clients on 4 slots: 2 of 32 requests lost), and a POST is not retried
             resp = await r.client.post(path, data=content if content is not None else json.dumps(payload),
-                                       headers={"content-type": "application/json"})
+                                       headers={"content-type": "application/json", "connection": "close"})
         except aiohttp.ClientError:
             raise ChildGone(_gone_message(r)) from None
         if resp.status != 200:
@@ -269,17 +276,21 @@ def create_app(manager: Manager) -> FastAPI:
         finally:
             await stack.aclose()
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
+    # The pass-through routes are plain Starlette routes: FastAPI's endpoint layer (parameter
+    # analysis, dependency solving, response serialisation) does nothing for them but costs
+    # CPU on every request, and a burst of requests pays it one after another.
+    async def chat_completions(request: Request) -> Response:
         return await passthrough(request, "/v1/chat/completions", "chat")
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
+    async def completions(request: Request) -> Response:
         return await passthrough(request, "/v1/completions", "chat")
 
-    @app.post("/v1/embeddings")
-    async def embeddings(request: Request):
+    async def embeddings(request: Request) -> Response:
         return await passthrough(request, "/v1/embeddings", "embed")
+
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/completions", completions, methods=["POST"])
+    app.add_route("/v1/embeddings", embeddings, methods=["POST"])
 
     def _openai_model(m: ModelFile) -> dict:
         return {"id": m.name, "object": "model", "created": int(m.path.stat().st_mtime), "owned_by": "tqgguf"}
@@ -406,14 +417,15 @@ def create_app(manager: Manager) -> FastAPI:
         await stack.aclose()
         return JSONResponse(res, headers=headers)
 
-    async def load_or_unload(name: str, ka: float | None, request_start: float, shape: str) -> dict:
+    async def load_or_unload(name: str, ka: float | None, body: dict, shape: str) -> dict:
         m = manager.find(name)
+        _, load = ol.options(body)  # a load request's load-time options apply as a generation's would
         base = {"model": name, "created_at": ol.now_rfc3339(), "done": True}
         if ka == 0:
             await manager.unload(m, reason="keep_alive 0")
             reason = "unload"
         else:
-            async with manager.use(name, keep_alive=ka):
+            async with manager.use(name, num_ctx=load.pop("num_ctx", None), load=load, keep_alive=ka):
                 pass
             reason = "load"
         if shape == "chat":
@@ -432,9 +444,9 @@ def create_app(manager: Manager) -> FastAPI:
         if not body.get("messages"):
             if "messages" in body and not isinstance(body["messages"], list):
                 raise RequestError(400, "messages must be a list of {role, content} objects")
-            return await load_or_unload(name, ka, t0, "chat")
+            return await load_or_unload(name, ka, body, "chat")
         messages = ol.chat_messages(body["messages"])
-        sampling, num_ctx = ol.options(body)
+        sampling, load = ol.options(body)
         model = manager.find(name)
         payload: dict[str, Any] = {"messages": messages, **sampling}
         payload.update(ol.think_fields(body, name, model.chat_template()))
@@ -448,8 +460,9 @@ def create_app(manager: Manager) -> FastAPI:
         stream = body.get("stream", True) is not False
         payload["stream"] = stream
         stack = contextlib.AsyncExitStack()
-        r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=num_ctx, keep_alive=ka))
-        headers = {"X-Tqgguf-Reloaded": f"num_ctx {r.n_ctx}"} if reloaded else {}
+        r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
+                                                                  load=load, keep_alive=ka))
+        headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
         load_s = r.load_seconds if reloaded else 0.0
         try:
             if not stream:
@@ -552,7 +565,7 @@ def create_app(manager: Manager) -> FastAPI:
         ka = ol.keep_alive(body)
         prompt = body.get("prompt")
         if prompt is None or (prompt == "" and not body.get("context")):
-            return await load_or_unload(name, ka, t0, "generate")
+            return await load_or_unload(name, ka, body, "generate")
         if not isinstance(prompt, str):
             raise RequestError(400, "prompt must be a string")
         for f, why in (("template", "custom Go templates are not supported; the model's own chat template is used "
@@ -565,7 +578,7 @@ def create_app(manager: Manager) -> FastAPI:
         if not isinstance(context, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
             raise RequestError(400, "context must be the list of token ids a previous /api/generate returned")
         raw = body.get("raw") is True
-        sampling, num_ctx = ol.options(body)
+        sampling, load = ol.options(body)
         model = manager.find(name)
         think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
         # /completion gives the raw text, tags included: split it here (llama-server parses
@@ -573,8 +586,9 @@ def create_app(manager: Manager) -> FastAPI:
         splits = think.get("reasoning_format") == "deepseek"
         stream = body.get("stream", True) is not False
         stack = contextlib.AsyncExitStack()
-        r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=num_ctx, keep_alive=ka))
-        headers = {"X-Tqgguf-Reloaded": f"num_ctx {r.n_ctx}"} if reloaded else {}
+        r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
+                                                                  load=load, keep_alive=ka))
+        headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
         load_s = r.load_seconds if reloaded else 0.0
         try:
             if raw:
@@ -689,8 +703,9 @@ def create_app(manager: Manager) -> FastAPI:
         if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
             raise RequestError(400, "dimensions must be a positive integer")
         truncate = body.get("truncate", True) is not False
-        _, num_ctx = ol.options(body)
-        async with manager.use(name, "embed", num_ctx=num_ctx, keep_alive=ol.keep_alive(body)) as (r, reloaded):
+        _, load = ol.options(body)
+        async with manager.use(name, "embed", num_ctx=load.pop("num_ctx", None), load=load,
+                               keep_alive=ol.keep_alive(body)) as (r, reloaded):
             seqs, n = await embed_inputs(r, inputs, truncate)
             data = await call_ok(r, "/v1/embeddings", {"input": seqs})
             vecs = [_resize(d["embedding"], dims) for d in sorted(data["data"], key=lambda d: d["index"])]
@@ -704,8 +719,9 @@ def create_app(manager: Manager) -> FastAPI:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise RequestError(400, "prompt must be a string")
-        _, num_ctx = ol.options(body)
-        async with manager.use(name, "embed", num_ctx=num_ctx, keep_alive=ol.keep_alive(body)) as (r, _):
+        _, load = ol.options(body)
+        async with manager.use(name, "embed", num_ctx=load.pop("num_ctx", None), load=load,
+                               keep_alive=ol.keep_alive(body)) as (r, _):
             if not prompt:
                 return {"embedding": []}
             seqs, _n = await embed_inputs(r, [prompt], True)

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,7 +36,14 @@ LOAD_TIMEOUT_S = 600.0
 #: Seconds between SIGTERM and SIGKILL when stopping a child.
 STOP_GRACE_S = 10.0
 
+#: llama-server's ``-b`` when none is given (``common_params::n_batch``, llama.cpp common/common.h);
+#: the context clamps it (``cparams.n_batch = min(n_ctx, n_batch)``, src/llama-context.cpp).
+LLAMA_DEFAULT_N_BATCH = 2048
+
 log = logging.getLogger("tqgguf.llama-server")
+
+# llama.cpp's common init logs the CPU threads it runs with: "llama threadpool init, n_threads = 4"
+_THREADS_LINE = re.compile(r"threadpool init, n_threads = (\d+)")
 
 
 class ChildError(RuntimeError):
@@ -50,9 +58,10 @@ class ChildSpec:
     reports; n_ctx: context per slot in tokens (llama-server's ``-c`` is the total over
     ``-np`` slots, so ``-c n_ctx*n_parallel`` is passed); n_parallel: ``-np``; ctk/ctv:
     ggml cache type names; flash_attn: on/off/auto; n_gpu_layers: ``-ngl`` (-1: all layers); n_threads:
-    ``-t`` (None: llama-server's default, every core); embedding: an embeddings-only child
-    (``--embeddings``, mean pooling when the model declares none, one slot, the whole
-    context in one batch); env: variables added to the child's environment (the engine's
+    ``-t`` (None: llama-server's default, every core); n_batch: ``-b`` (None: llama-server's
+    default, :data:`LLAMA_DEFAULT_N_BATCH`); use_mmap: False passes ``--no-mmap``; embedding:
+    an embeddings-only child (``--embeddings``, mean pooling when the model declares none,
+    one slot, the whole context in one batch); env: variables added to the child's environment (the engine's
     switches: rotation, K centering); port: the loopback port (0: pick a free one).
     """
 
@@ -66,6 +75,8 @@ class ChildSpec:
     flash_attn: str = "auto"
     n_gpu_layers: int = 0
     n_threads: int | None = None
+    n_batch: int | None = None
+    use_mmap: bool = True
     embedding: bool = False
     model_pooling: bool = False
     env: dict[str, str] = field(default_factory=dict)
@@ -83,6 +94,10 @@ class ChildSpec:
                 a += ["--pooling", "mean"]
         else:
             a += ["-c", str(self.n_ctx * self.n_parallel), "-np", str(self.n_parallel)]
+            if self.n_batch:
+                a += ["-b", str(self.n_batch)]
+        if not self.use_mmap:
+            a += ["--no-mmap"]
         if self.n_threads:
             a += ["-t", str(self.n_threads)]
         return a
@@ -105,6 +120,16 @@ def port_free(port: int, host: str = LOOPBACK) -> bool:
                 return False
             raise
     return True
+
+
+def gpu_devices(binary: Path) -> list[str]:
+    """The GPU devices ``binary --list-devices`` lists (llama-server / llama-cli), one line
+    each; empty for a CPU-only build or when no driver / ``CUDA_VISIBLE_DEVICES`` hides them.
+    Raises OSError or subprocess.TimeoutExpired when it cannot be run."""
+    out = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True, timeout=60).stdout
+    # "Available devices:" then one indented line per device, "  (none)" when there is none
+    listing = out.split("Available devices:", 1)[-1]
+    return [ln.strip() for ln in listing.splitlines() if ln.strip() and ln.strip() != "(none)"]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -146,6 +171,7 @@ class Child:
         self.stopping = False
         self.started_at = 0.0
         self.ready_seconds: float | None = None
+        self.n_threads: int | None = spec.n_threads  # what it runs with: -t, else read from its log
         self._on_line = on_line or (lambda line: log.info("[%s] %s", self.name, line))
         self._reader: threading.Thread | None = None
 
@@ -191,6 +217,8 @@ class Child:
             if not line:
                 continue
             self.tail.append(line)
+            if self.n_threads is None and (m := _THREADS_LINE.search(line)):
+                self.n_threads = int(m.group(1))
             try:
                 self._on_line(line)
             except Exception:  # noqa: BLE001 - a logging problem must not stop the reader

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from ..config import parse_duration
+from .runners import LOAD_OPTIONS
 
 #: The Ollama API level these routes follow (logprobs on /api/chat and /api/generate came in 0.12.11).
 OLLAMA_API_VERSION = "0.12.11"
@@ -33,12 +34,6 @@ OPTION_FIELDS = {
     "num_keep": "n_keep", "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
     "penalize_newline": None, "tfs_z": None,
 }
-#: Ollama options that set how the model is loaded: num_ctx reloads the model (see
-#: runners); the others are fixed by `tqgguf serve`'s flags and are refused per request.
-LOAD_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "use_mlock", "num_thread", "numa",
-                "low_vram", "f16_kv", "vocab_only", "embedding_only", "logits_all", "use_numa"}
-
-
 class RequestError(Exception):
     """A request the API refuses: HTTP ``status`` and the message for the client."""
 
@@ -79,26 +74,24 @@ def keep_alive(body: dict) -> float | None:
         raise RequestError(400, f"keep_alive {v!r}: {e}") from None
 
 
-def options(body: dict) -> tuple[dict[str, Any], int | None]:
+def options(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     """llama-server sampling fields for the request's ``options`` (Ollama defaults first),
-    and its ``num_ctx`` (None when absent). Raises RequestError for an unknown option, a
-    wrong type, or a load option that cannot change per request."""
+    and its load-time options (``runners.LOAD_OPTIONS``: num_ctx, num_batch, num_thread,
+    num_gpu, use_mmap, ...) with their values type-checked; the runner compares those with
+    what the model runs with (``Manager.plan_load``). Raises RequestError for an unknown
+    option or a value of the wrong type or range."""
     opts = body.get("options") or {}
     if not isinstance(opts, dict):
         raise RequestError(400, "options must be an object of Modelfile parameters, e.g. {\"temperature\": 0}")
     out: dict[str, Any] = dict(OLLAMA_DEFAULTS)
-    num_ctx = None
+    load: dict[str, Any] = {}
     for k, v in opts.items():
-        if k == "num_ctx":
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise RequestError(400, f"options.num_ctx {v!r} must be a positive integer (tokens)")
-            num_ctx = v
-            continue
         if k in LOAD_OPTIONS:
-            raise RequestError(400, f"options.{k} sets how the model is loaded and cannot change per request in "
-                                    f"tqgguf serve; set it with the serve command's flags (only num_ctx reloads)")
+            if v is not None:  # Ollama skips a null option
+                load[k] = _load_value(k, v)
+            continue
         if k not in OPTION_FIELDS:
-            raise RequestError(400, f"unknown option {k!r}; allowed: {', '.join(sorted([*OPTION_FIELDS, 'num_ctx']))}")
+            raise RequestError(400, f"unknown option {k!r}; allowed: {', '.join(sorted([*OPTION_FIELDS, *LOAD_OPTIONS]))}")
         field = OPTION_FIELDS[k]
         if field is None:
             raise RequestError(400, f"options.{k} is not supported by llama.cpp's sampler (removed upstream)")
@@ -110,7 +103,26 @@ def options(body: dict) -> tuple[dict[str, Any], int | None]:
         elif isinstance(v, bool) or not isinstance(v, (int, float)):
             raise RequestError(400, f"options.{k} {v!r} must be a number")
         out[field] = v
-    return out, num_ctx
+    return out, load
+
+
+#: Smallest value of each integer load-time option (num_gpu -1: the server's choice; num_thread 0: the same).
+_LOAD_MIN = {"num_ctx": 1, "num_batch": 1, "num_thread": 0, "num_gpu": -1, "main_gpu": 0, "num_gqa": 1}
+
+
+def _load_value(k: str, v: Any) -> Any:
+    """A load-time option's value checked as Ollama parses it (``Options.FromMap``: a JSON
+    number for an integer option, whole-valued; true/false for a boolean one)."""
+    if LOAD_OPTIONS[k][1] is bool:
+        if not isinstance(v, bool):
+            raise RequestError(400, f"options.{k} {json.dumps(v)} must be true or false")
+        return v
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < _LOAD_MIN[k]:
+        what = "a positive integer (tokens)" if k == "num_ctx" else f"an integer of at least {_LOAD_MIN[k]}"
+        raise RequestError(400, f"options.{k} {json.dumps(v)} must be {what}")
+    return v
 
 
 def format_schema(fmt: Any) -> dict | None:

@@ -17,6 +17,7 @@ import subprocess
 from typing import Callable
 
 from ..config import format_duration
+from .child import gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
 log = logging.getLogger("tqgguf.server")
@@ -63,21 +64,16 @@ def gpu_devices_error(config: ServeConfig) -> str | None:
     if config.n_gpu_layers == 0:
         return None
     try:
-        out = subprocess.run([str(config.llama_server), "--list-devices"], capture_output=True, text=True,
-                             timeout=60).stdout
+        if gpu_devices(config.llama_server):
+            return None
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot ask {config.llama_server} for its devices: {e}"
-    # "Available devices:" then one indented line per device, "  (none)" when there is none
-    listing = out.split("Available devices:", 1)[-1]
-    devices = [ln for ln in listing.splitlines() if ln.strip() and ln.strip() != "(none)"]
-    if devices:
-        return None
     return (f"-ngl {config.n_gpu_layers} asks for GPU layers, but {config.llama_server} lists no GPU device "
             "(built for the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it): build it with "
             "`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use -ngl 0")
 
 
-def startup_summary(config: ServeConfig, runner: Runner) -> list[str]:
+def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> list[str]:
     """The startup log: model, the llama-server child, effective K/V types, rotation,
     K centering, flash attention, slots and context, threads, limits and keep-alive, each
     with where the setting came from."""
@@ -98,14 +94,11 @@ def startup_summary(config: ServeConfig, runner: Runner) -> list[str]:
     lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})")
     lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
                  f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")
-    lines.append(f"threads: {config.n_threads or 'llama-server default (all cores)'}; -ngl {config.n_gpu_layers}")
-    top = s.max_context or m.n_ctx_train()
-    lines.append(f"num_ctx: requests may reload the model with up to {max(top, s.context_length)} tokens per slot "
-                 f"(from {src('max_context') if s.max_context else 'the model training context'}); "
-                 f"max loaded models: {s.max_loaded_models} (from {src('max_loaded_models')})")
-    if m.n_ctx_train() and s.context_length > m.n_ctx_train():
-        lines.append(f"warning: context {s.context_length} is longer than the model was trained for "
-                     f"({m.n_ctx_train()}); answers may degrade past that")
+    threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's default)"
+    lines.append(f"threads: {threads}; -ngl {config.n_gpu_layers}")
+    lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
+                 f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
+                 f"(from {src('max_loaded_models')})")
     ka = s.keep_alive
     ka_text = ("the model stays loaded" if ka < 0 else
                "the model unloads after each request and reloads on the next" if ka == 0 else
@@ -115,6 +108,16 @@ def startup_summary(config: ServeConfig, runner: Runner) -> list[str]:
     lines.append(f"listening on http://{host}:{s.port} (from {src('port')}): OpenAI API under /v1, "
                  f"Ollama API under /api")
     return lines
+
+
+def _loop_factory():
+    """uvloop's event loop when it is installed (``pip install tqgguf[fast]`` / uvicorn[standard]),
+    else asyncio's own. It cuts the front's CPU per request; README's serve section has the numbers."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _log_config(level: str) -> dict:
@@ -155,7 +158,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
             echo(f"starting llama-server for {config.model_path.name}: {s.num_parallel} slot(s) of "
                  f"{s.context_length} tokens ...")
             runner = await manager.start()
-            for line in startup_summary(config, runner):
+            for line in startup_summary(config, manager, runner):
                 echo(line)
             app = create_app(manager)
             server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
@@ -165,6 +168,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
             await manager.shutdown()
 
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(main())
     finally:
         sock.close()

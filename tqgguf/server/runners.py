@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import json
 import logging
 import os
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from ..config import Settings
-from .child import Child, ChildError, ChildSpec, describe_exit
+from .child import LLAMA_DEFAULT_N_BATCH, Child, ChildError, ChildSpec, describe_exit, gpu_devices
 
 log = logging.getLogger("tqgguf.server")
 
@@ -47,6 +50,46 @@ class ContextTooLarge(ValueError):
 
 class Unavailable(RuntimeError):
     """The model's llama-server is not running (failed to load, or crashed and gave up)."""
+
+
+class LoadOptionRefused(ValueError):
+    """A request's load-time option differs from what the model runs with and cannot be
+    applied by reloading it. ``option`` is the Ollama option name."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """How a runner's llama-server is loaded besides its context: what Ollama's load-time
+    options may change by reloading the model (:meth:`Manager.plan_load`).
+
+    n_batch: ``-b`` (None: llama-server's default, ``LLAMA_DEFAULT_N_BATCH``); n_threads:
+    ``-t`` (None: llama-server's default); n_gpu_layers: ``-ngl`` (-1: all); use_mmap: False
+    passes ``--no-mmap``.
+    """
+
+    n_batch: int | None = None
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+
+
+#: Ollama's load-time options (``api.Runner`` in Ollama's api/types.go, plus the ones older
+#: Ollama versions had and clients still send) and what ``tqgguf serve`` does with each:
+#: "reload" (a different value reloads the model with it, as Ollama's scheduler does in
+#: ``needsReload``), "grow" (num_ctx: a larger value reloads, up to the maximum; a smaller one
+#: is served by the loaded context), "fixed" (a different value is refused: it cannot change
+#: per request here). Value types: int or bool, as Ollama parses them (``Options.FromMap``).
+LOAD_OPTIONS: dict[str, tuple[str, type]] = {
+    "num_ctx": ("grow", int), "num_batch": ("reload", int), "num_thread": ("reload", int),
+    "num_gpu": ("reload", int), "use_mmap": ("reload", bool), "main_gpu": ("fixed", int),
+    "use_mlock": ("fixed", bool), "numa": ("fixed", bool), "low_vram": ("fixed", bool), "f16_kv": ("fixed", bool),
+    "logits_all": ("fixed", bool), "vocab_only": ("fixed", bool), "embedding_only": ("fixed", bool),
+    "num_gqa": ("fixed", int),
+}
 
 
 @dataclass
@@ -114,6 +157,22 @@ class ModelFile:
     def n_ctx_train(self) -> int:
         md = self.metadata()
         return int(md.get(f"{md.get('general.architecture')}.context_length", 0) or 0)
+
+    def n_layer(self) -> int:
+        """The model's block count (``{arch}.block_count``; 0 when absent)."""
+        md = self.metadata()
+        return int(md.get(f"{md.get('general.architecture')}.block_count", 0) or 0)
+
+    def gqa(self) -> int | None:
+        """Query heads per KV head (``head_count / head_count_kv``), Ollama's old num_gqa; None
+        when the metadata does not say (or gives a per-layer list)."""
+        md = self.metadata()
+        arch = md.get("general.architecture")
+        h, kv = md.get(f"{arch}.attention.head_count"), md.get(f"{arch}.attention.head_count_kv", None)
+        kv = h if kv is None else kv
+        if isinstance(h, int) and isinstance(kv, int) and kv > 0:
+            return h // kv
+        return None
 
     def has_pooling(self) -> bool:
         md = self.metadata()
@@ -189,6 +248,56 @@ def _ftype_name(code: Any) -> str:
         return "unknown"
 
 
+#: Seconds an idle connection to llama-server is kept for reuse. llama-server (cpp-httplib,
+#: CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND in its vendored httplib.h) closes a connection that has
+#: been idle for 5 s; a client that reuses one at that moment gets a disconnect, and a POST is
+#: not retried (aiohttp's default keep-alive is 15 s, which is what made reuse fail before).
+#: Well under 5 s, the front's side always gives a connection up first.
+CHILD_KEEPALIVE_S = 2.0
+
+
+def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
+    """The front's HTTP client to one llama-server child: kept-alive connections, at most
+    ``2 * n_parallel + 8`` at once (each slot's request plus the short calls that go with
+    it: /tokenize, /apply-template, /health, /metrics; beyond that llama-server would only
+    queue them), no total timeout (a generation takes as long as it takes).
+
+    aiohttp rather than httpx on this path: at 32 concurrent requests httpx cost ~2 ms of
+    CPU per request (~8 ms with idle connections kept: httpcore's pool checks every idle
+    socket on each request), aiohttp ~0.9 ms (measured on this project's 2-core CI machine).
+    Reusing connections instead of one per request (connect + close on both sides) cut the
+    front's CPU per request further; README's serve section has the numbers.
+    """
+    return aiohttp.ClientSession(
+        base_url=base_url, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        connector=aiohttp.TCPConnector(limit=2 * n_parallel + 8, keepalive_timeout=CHILD_KEEPALIVE_S),
+        read_bufsize=1 << 20)
+
+
+def _layers(n_gpu_layers: int, n_layer: int) -> int:
+    """Layers a ``-ngl`` value offloads for a model of ``n_layer`` blocks: a negative value
+    (``-ngl all``) or one above ``n_layer + 1`` is every block plus the output layer
+    (llama.cpp counts the output as one more layer); 0 when the block count is unknown and
+    ``-ngl`` is 0, else the value itself."""
+    if n_layer <= 0:
+        return n_gpu_layers
+    return n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
+
+
+#: Why each "fixed" load-time option cannot change per request (LoadOptionRefused's message).
+_FIXED_WHY = {
+    "main_gpu": "the GPUs llama-server uses are chosen when tqgguf serve starts: CUDA_VISIBLE_DEVICES",
+    "use_mlock": "tqgguf serve does not lock model memory",
+    "numa": "NUMA placement is set when llama-server starts",
+    "low_vram": "llama.cpp has no low-VRAM mode any more; the KV cache sits where -ngl puts the layers",
+    "f16_kv": "the KV cache types are set with --ctk/--ctv, here K {ctk} and V {ctv}",
+    "logits_all": "llama.cpp has no logits_all any more; ask for logprobs/top_logprobs per request",
+    "vocab_only": "a vocabulary-only model cannot answer requests",
+    "embedding_only": "embeddings run in their own child, started by /api/embed and /api/embeddings",
+    "num_gqa": "it is a property of the model: query heads per KV head",
+}
+
+
 class Runner:
     """One model in one llama-server child (see module docstring). ``state``: loading,
     ready, restarting, failed, stopped."""
@@ -211,6 +320,8 @@ class Runner:
         self.load_seconds = 0.0
         self.client: aiohttp.ClientSession | None = None  # to the child; see start()
         self._watch: asyncio.Task | None = None
+        self.load = LoadParams(n_threads=config.n_threads, n_gpu_layers=config.n_gpu_layers)
+        self.reload_reason = ""  # what the last reload for a request changed, e.g. "num_ctx 4096"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -220,10 +331,38 @@ class Runner:
         s, c = self.config.settings, self.config
         return ChildSpec(binary=c.llama_server, model=self.model.path, alias=self.model.name, n_ctx=self.n_ctx,
                          n_parallel=s.num_parallel, ctk=s.cache_type_k, ctv=s.cache_type_v,
-                         flash_attn=s.flash_attention, n_gpu_layers=c.n_gpu_layers, n_threads=c.n_threads,
+                         flash_attn=s.flash_attention, n_gpu_layers=self.load.n_gpu_layers,
+                         n_threads=self.load.n_threads, n_batch=self.load.n_batch, use_mmap=self.load.use_mmap,
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
                          env=self._engine_env(), port=self.port)
+
+    def effective(self, option: str) -> Any:
+        """The value of an Ollama load-time option (:data:`LOAD_OPTIONS`) this runner runs
+        with: num_ctx per slot; num_batch as llama.cpp clamps ``-b`` (at most the whole
+        context; an embeddings child's is its context); num_thread as ``-t`` or as the child
+        logged it (None before it started); num_gpu as layers offloaded (:func:`_layers`);
+        f16_kv true only for f16 K and V; num_gqa from the model; main_gpu 0; the rest False."""
+        s = self.config.settings
+        if option == "num_ctx":
+            return self.n_ctx
+        if option == "num_batch":
+            if self.kind == "embed":
+                return self.n_ctx
+            return min(self.load.n_batch or LLAMA_DEFAULT_N_BATCH, self.n_ctx * s.num_parallel)
+        if option == "num_thread":
+            return self.load.n_threads or (self.child.n_threads if self.child else None)
+        if option == "num_gpu":
+            return _layers(self.load.n_gpu_layers, self.model.n_layer())
+        if option == "use_mmap":
+            return self.load.use_mmap
+        if option == "f16_kv":
+            return s.cache_type_k == "f16" and s.cache_type_v == "f16"
+        if option == "num_gqa":
+            return self.model.gqa()
+        if option == "main_gpu":
+            return 0
+        return False  # use_mlock, numa, low_vram, logits_all, vocab_only, embedding_only
 
     def _engine_env(self) -> dict[str, str]:
         c = self.config
@@ -264,15 +403,12 @@ class Runner:
             self.state, self.error = "failed", str(e)
             raise
         self.load_seconds = time.monotonic() - t0
-        # aiohttp, not httpx, for the hot path: at 32 concurrent requests to llama-server, httpx
-        # cost ~2 ms of CPU per request (~8 ms with idle connections kept: httpcore's pool checks
-        # every idle socket on each request), aiohttp ~0.9 ms, measured on this project's 2-core
-        # CI machine; that CPU is what the front adds to a burst of requests. One connection per
-        # request (force_close): a kept-alive one that llama-server closed as it was reused turned
-        # a request into an error (seen at 8 clients), and the requests are POSTs, not retried.
-        self.client = aiohttp.ClientSession(
-            base_url=child.base_url, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            connector=aiohttp.TCPConnector(limit=0, force_close=True), read_bufsize=1 << 20)
+        train = self.model.n_ctx_train()
+        if train and self.n_ctx > train and self.kind == "chat":
+            # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
+            log.warning("%s runs with %d tokens per slot, more than the %d it was trained for; answers past %d "
+                        "tokens may degrade", self.model.name, self.n_ctx, train, train)
+        self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
         log.info("llama-server for %s ready in %.2f s (pid %d, port %d, %s)", self.model.name, self.load_seconds,
@@ -346,6 +482,7 @@ class Manager:
         self._lock = asyncio.Lock()
         self._next_port = self.settings.llama_server_port
         self._reaper: asyncio.Task | None = None
+        self._has_gpu: bool | None = None
 
     # -- names -------------------------------------------------------------------------
 
@@ -374,6 +511,16 @@ class Manager:
         m = self.settings.max_context or model.n_ctx_train() or self.settings.context_length
         return max(m, self.settings.context_length)
 
+    def max_context_source(self, model: ModelFile) -> str:
+        """Where :meth:`max_context`'s value comes from, for the log: the max-context setting
+        (``flag --max-ctx`` / ``env TQGGUF_MAX_CONTEXT_LENGTH``), the model's training
+        context, or the configured context (with its own source) when that is larger."""
+        s = self.settings
+        limit = s.max_context or model.n_ctx_train()
+        if not limit or s.context_length >= limit:
+            return f"the context length, {s.source('context_length')}"
+        return str(s.source("max_context")) if s.max_context else "the model's training context"
+
     def _port(self) -> int:
         if not self._next_port:
             return 0
@@ -383,11 +530,14 @@ class Manager:
 
     # -- loading -----------------------------------------------------------------------
 
-    async def runner(self, model: ModelFile, kind: str = "chat", num_ctx: int | None = None) -> tuple[Runner, bool]:
+    async def runner(self, model: ModelFile, kind: str = "chat", num_ctx: int | None = None,
+                     load: dict[str, Any] | None = None) -> tuple[Runner, bool]:
         """The ready runner for ``model``/``kind``, started (or reloaded with a larger
-        context for ``num_ctx``) if needed; returns (runner, reloaded_for_num_ctx).
+        context for ``num_ctx``, or with the load-time options ``load`` asks for, see
+        :meth:`plan_load`) if needed; returns (runner, reloaded for this request), and
+        ``runner.reload_reason`` says what the reload changed.
 
-        Raises ContextTooLarge, Unavailable (its failure message), ChildError.
+        Raises ContextTooLarge, LoadOptionRefused, Unavailable (its failure message), ChildError.
         """
         if num_ctx is not None:
             top = self.max_context(model)
@@ -406,7 +556,15 @@ class Manager:
                 fresh = True
         reloaded = False
         async with r.lock:  # requests for this model wait here while it loads or reloads
+            try:
+                params, changes = await self.plan_load(r, load or {})
+            except LoadOptionRefused:
+                if fresh and self.runners.get(key) is r:
+                    del self.runners[key]
+                raise
+            grow = num_ctx is not None and num_ctx > r.n_ctx and kind == "chat"
             if fresh:
+                r.load = params
                 try:
                     await r.start()
                 except ChildError:
@@ -414,22 +572,83 @@ class Manager:
                         del self.runners[key]
                     await r.stop()
                     raise
-                reloaded = bool(num_ctx and num_ctx > self.settings.context_length)
-            elif num_ctx is not None and num_ctx > r.n_ctx and kind == "chat" and r.state == "ready":
-                log.info("reloading %s with num_ctx %d (was %d): waiting for %d request(s) to finish",
-                         model.name, num_ctx, r.n_ctx, r.active)
+                reloaded = bool(num_ctx and num_ctx > self.settings.context_length) or bool(changes)
+                if num_ctx and num_ctx > self.settings.context_length:
+                    changes.insert(0, f"num_ctx {num_ctx}")
+            elif (grow or changes) and r.state == "ready":
+                if grow:
+                    changes.insert(0, f"num_ctx {num_ctx}")
+                was = [f"num_ctx {r.n_ctx}"] if grow else []
+                log.info("reloading %s with %s (was %s): waiting for %d request(s) to finish", model.name,
+                         ", ".join(changes), ", ".join(was + [f"{c.split()[0]} {json.dumps(r.effective(c.split()[0]))}"
+                                                             for c in changes if not c.startswith("num_ctx")]),
+                         r.active)
                 await r.idle.wait()
                 await r.stop()
-                r.n_ctx = num_ctx
+                if grow:
+                    r.n_ctx = num_ctx
+                r.load = params
                 await r.start()
                 reloaded = True
             elif r.state == "stopped" and self.runners.get(key) is r:
                 await r.start()
+            if reloaded:
+                r.reload_reason = ", ".join(changes)
         if self.runners.get(key) is not r:  # unloaded while this request waited: load it again
-            return await self.runner(model, kind, num_ctx)
+            return await self.runner(model, kind, num_ctx, load)
         if r.state != "ready":
             raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
         return r, reloaded
+
+    async def has_gpu(self) -> bool:
+        """Whether the llama-server binary lists a GPU device (asked once)."""
+        if self._has_gpu is None:
+            try:
+                self._has_gpu = bool(await asyncio.to_thread(gpu_devices, self.config.llama_server))
+            except (OSError, subprocess.TimeoutExpired):
+                self._has_gpu = False
+        return self._has_gpu
+
+    async def plan_load(self, r: Runner, opts: dict[str, Any]) -> tuple[LoadParams, list[str]]:
+        """What ``r`` must be loaded with for a request's Ollama load-time options ``opts``
+        (names from :data:`LOAD_OPTIONS`, values already type-checked; num_ctx is handled by
+        :meth:`runner`): ``(params, changes)``, where ``changes`` lists each option that
+        differs and reloads, e.g. ``["num_batch 256"]`` (empty: nothing to do).
+
+        As Ollama's scheduler: a value equal to the one the model runs with changes nothing,
+        ``num_gpu`` -1 and ``num_thread`` 0 mean "the server's choice" and change nothing, a
+        different value of a "reload" option reloads the model with it (and it stays loaded
+        that way until a request asks otherwise). Raises LoadOptionRefused for a different
+        value of a "fixed" option, any change of an embeddings child (its batch is its whole
+        context), and GPU layers on a llama-server without a GPU device: the message names
+        the option, the value given and the value the server runs with.
+        """
+        params, changes = r.load, []
+        s = self.settings
+        for k, v in opts.items():
+            policy = LOAD_OPTIONS[k][0]
+            if policy == "grow" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
+                continue
+            have = r.effective(k)
+            if (_layers(v, r.model.n_layer()) if k == "num_gpu" else v) == have:
+                continue
+            given = f"options.{k} {json.dumps(v)}: this server runs {r.model.name} with {k} {json.dumps(have)}"
+            if policy == "fixed":
+                why = _FIXED_WHY[k].format(ctk=s.cache_type_k, ctv=s.cache_type_v)
+                raise LoadOptionRefused(k, f"{given}, and it cannot change per request ({why}); send "
+                                           f"{json.dumps(have)} or leave it out")
+            if r.kind == "embed":
+                raise LoadOptionRefused(k, f"{given} for embeddings, whose child processes each input in one "
+                                           f"batch of its whole context; only num_ctx may change for them")
+            if k == "num_gpu" and v > 0 and not await self.has_gpu():
+                raise LoadOptionRefused(k, f"{given}: {self.config.llama_server} lists no GPU device (built for "
+                                           "the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it), so no "
+                                           "layer can be offloaded; send 0 or leave it out")
+            field_name = {"num_batch": "n_batch", "num_thread": "n_threads", "num_gpu": "n_gpu_layers",
+                          "use_mmap": "use_mmap"}[k]
+            params = dataclasses.replace(params, **{field_name: v})
+            changes.append(f"{k} {json.dumps(v)}")
+        return params, changes
 
     async def _make_room(self, model: ModelFile) -> None:
         loaded = {k[0] for k in self.runners}
@@ -447,11 +666,12 @@ class Manager:
 
     @contextlib.asynccontextmanager
     async def use(self, name: str | None, kind: str = "chat", *, num_ctx: int | None = None,
+                  load: dict[str, Any] | None = None,
                   keep_alive: float | None = None) -> AsyncIterator[tuple[Runner, bool]]:
-        """Hold a runner for one request; on exit apply keep-alive (the request's, else the
-        default) from now."""
+        """Hold a runner for one request (``num_ctx``/``load``: see :meth:`runner`); on exit
+        apply keep-alive (the request's, else the default) from now."""
         model = self.find(name)
-        r, reloaded = await self.runner(model, kind, num_ctx)
+        r, reloaded = await self.runner(model, kind, num_ctx, load)
         r.active += 1
         r.idle.clear()
         try:
