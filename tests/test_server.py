@@ -561,6 +561,28 @@ def test_sigterm_stops_serve_and_its_children_and_a_context_past_training_is_war
     assert not Path(f"/proc/{kids[0]}").exists() or "Z" in Path(f"/proc/{kids[0]}/stat").read_text().split()[2]
 
 
+@pytest.mark.engine
+def test_serve_killed_outright_leaves_no_llama_server(model_path, tmp_path):
+    """SIGKILL to tqgguf serve: the kernel kills its children (PR_SET_PDEATHSIG = SIGKILL; with
+    SIGTERM an embeddings child was seen hanging in llama-server's handler, orphaned)."""
+    s = Server(ALIAS, tmp_path)
+    r = s.http.post("/api/embed", json={"model": ALIAS, "input": "hello"})  # starts the embeddings child
+    assert r.status_code == 200, r.text
+    r = s.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False, "options": {"num_predict": 2}})
+    assert r.status_code == 200, r.text
+    kids = _children(s.proc.pid)
+    assert len(kids) == 2
+    s.proc.kill()
+    s.proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    alive = kids
+    while alive and time.monotonic() < deadline:
+        alive = [k for k in kids if Path(f"/proc/{k}").exists() and "Z" not in Path(f"/proc/{k}/stat").read_text().split()[2]]
+        time.sleep(0.2)
+    s.stop()
+    assert not alive, f"llama-server children left after tqgguf serve was killed: {alive}"
+
+
 # -- CLI: refused before or at loading -------------------------------------------------------------
 
 

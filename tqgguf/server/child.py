@@ -5,9 +5,10 @@
 This module knows nothing about HTTP routes; ``runners`` decides when a child starts,
 restarts or stops.
 
-No orphans: the child is started with ``PR_SET_PDEATHSIG`` (Linux), so it gets SIGTERM
-if tqgguf dies without stopping it, and :meth:`Child.stop` sends SIGTERM, then SIGKILL
-after a grace period.
+No orphans: the child is started with ``PR_SET_PDEATHSIG`` (Linux), so it gets SIGKILL
+if tqgguf dies without stopping it (not SIGTERM: llama-server's SIGTERM handler takes a
+lock and was seen to hang there, blocked, as an orphan), and :meth:`Child.stop` sends
+SIGTERM, then SIGKILL after a grace period.
 """
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ def gpu_devices(binary: Path) -> list[str]:
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: nothing to shut down gracefully for
     os.setpgrp()  # the terminal's Ctrl-C goes to tqgguf, which stops the child itself
 
 
