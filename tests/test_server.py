@@ -351,7 +351,9 @@ def test_ollama_load_options_equal_to_the_running_ones_are_accepted_others_reloa
 def test_keep_alive_zero_unloads_once_and_the_default_returns(srv):
     srv.ol.generate(model=ALIAS, prompt="hi", keep_alive=0, options={"num_predict": 2})
     assert ALIAS + ":latest" not in [m.model for m in srv.ol.ps().models]
-    srv.ol.generate(model=ALIAS, prompt="hi", options={"num_predict": 2})
+    again = srv.ol.generate(model=ALIAS, prompt="hi", options={"num_predict": 2})
+    assert again.load_duration > 0  # loaded on demand for this request: Ollama reports the load
+    assert srv.ol.generate(model=ALIAS, prompt="hi", options={"num_predict": 2}).load_duration == 0
     time.sleep(1.0)
     ps = {m.model: m for m in srv.ol.ps().models}
     assert ALIAS + ":latest" in ps  # loaded again and kept: the server default (-1) applies again

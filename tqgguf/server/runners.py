@@ -318,6 +318,7 @@ class Runner:
         self.restarts: list[float] = []
         self.last_exit: str | None = None
         self.load_seconds = 0.0
+        self.ready_at = 0.0  # monotonic time the last (re)start became ready
         self.client: aiohttp.ClientSession | None = None  # to the child; see start()
         self._watch: asyncio.Task | None = None
         self.load = LoadParams(n_threads=config.n_threads, n_gpu_layers=config.n_gpu_layers)
@@ -402,7 +403,8 @@ class Runner:
         except ChildError as e:
             self.state, self.error = "failed", str(e)
             raise
-        self.load_seconds = time.monotonic() - t0
+        self.ready_at = time.monotonic()
+        self.load_seconds = self.ready_at - t0
         train = self.model.n_ctx_train()
         if train and self.n_ctx > train and self.kind == "chat":
             # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
@@ -599,6 +601,12 @@ class Manager:
         if r.state != "ready":
             raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
         return r, reloaded
+
+    def loaded_since(self, r: Runner, t0: float) -> float:  # noqa: D401 - short helper
+        """Seconds ``r`` took to load if it (re)started after ``t0`` (a request's monotonic
+        start: a load on demand, a reload or a restart this request waited for), else 0:
+        Ollama's ``load_duration``."""
+        return r.load_seconds if r.ready_at >= t0 else 0.0
 
     async def has_gpu(self) -> bool:
         """Whether the llama-server binary lists a GPU device (asked once)."""
