@@ -756,4 +756,9 @@ def _resolve_local(name: str) -> Path:
     try:
         return Path(resolve_model(name, pull_missing=False, log=lambda _m: None))
     except (ModelError, OSError, ValueError) as e:
-        raise ModelNotFound(f"model '{name}' not found: {e}") from None
+        # the resolver speaks to CLI users ("neither an existing file nor a known model
+        # name"); over the API only names count, so keep only its hint and the known names
+        why = str(e)
+        cut = next((why.index(k) for k in ("did you mean", "known models") if k in why), 0)
+        hint = why[cut:]
+        raise ModelNotFound(f"model '{name}' not found; {hint}") from None
