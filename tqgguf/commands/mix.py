@@ -84,5 +84,5 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads):
         click.echo(f"  optimised plan: {opt.bits:.3f} bits/value, predicted KLD {opt.predicted:.6f}, measured on the "
                    f"calibration text {opt.measured:.6f}: {opt.plan}")
         plain = f" (the same as --ctk {k.uniform[0]} --ctv {k.uniform[1]})" if k.uniform else ""
-        click.echo(f"  wrote {dest} ({k.label}, {k.bits:.3f} bits/value); use: --ctk f16 --ctv f16 --kv-plan {dest}"
-                   f"{plain}")
+        click.echo(f"  wrote {dest} ({k.label}, {k.bits:.3f} bits/value); use: --kv-plan {dest}{plain} "
+                   f"(it sets every layer's K/V types, whatever -ctk/-ctv say)")
