@@ -612,6 +612,18 @@ def test_child_port_in_use_is_a_clear_error(model_path):
     assert f"llama-server's port {port} on 127.0.0.1 is already in use" in p.stderr
 
 
+def test_a_max_context_below_the_served_context_is_refused(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    p = subprocess.run(_serve_cmd(str(gguf), "-c", "4096", "--max-ctx", "10"), capture_output=True, text=True,
+                       env=_clean_env(), timeout=60)
+    assert p.returncode == 2
+    assert "max_context 10 (flag --max-ctx) is below the context every slot is served with, 4096 (flag -c)" in p.stderr
+    p = subprocess.run(_serve_cmd(str(gguf), "-c", "4096"), capture_output=True, text=True,
+                       env=_clean_env(TQGGUF_MAX_CONTEXT_LENGTH="2048"), timeout=60)
+    assert p.returncode == 2 and "max_context 2048 (env TQGGUF_MAX_CONTEXT_LENGTH" in p.stderr
+
+
 def test_llama_server_missing_tells_to_run_build(tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
