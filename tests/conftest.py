@@ -84,10 +84,10 @@ def wikitext():
     Without it the tests that need it are skipped with where to put it — or fail, under
     ``TQGGUF_REQUIRE_ENGINE=1``."""
     from tqgguf.fsutil import cache_dir
-    from tqgguf.texts import WIKITEXT2_TEST_BYTES, resolve_text
+    from tqgguf.texts import WIKITEXT2_TEST_BYTES, is_wikitext, resolve_text
 
     t = resolve_text()
-    if t.path is None or t.path.stat().st_size != WIKITEXT2_TEST_BYTES:
+    if t.path is None or not is_wikitext(t.path):
         msg = (f"these tests read WikiText-2's raw test split (wiki.test.raw, {WIKITEXT2_TEST_BYTES} bytes) and "
                f"found {t.label}: put the file at {cache_dir() / 'data' / 'wiki.test.raw'} or "
                f"{Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'wiki.test.raw'}, or point TQGGUF_TEXT at it")

@@ -47,7 +47,8 @@ def _read(p: Path) -> str:
         return f.read()
 
 
-def _is_wikitext(p: Path) -> bool:
+def is_wikitext(p: Path) -> bool:
+    """Whether ``p`` is WikiText-2's raw test split (its size, WIKITEXT2_TEST_BYTES)."""
     return p.is_file() and p.stat().st_size == WIKITEXT2_TEST_BYTES
 
 
@@ -106,7 +107,7 @@ def resolve_text(path: str | os.PathLike | None = None, *, allow_download: bool 
             raise ValueError(f"TQGGUF_TEXT={p} is not UTF-8 text: {e}") from e
     repo_shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "wiki.test.raw"
     for cand, how in ((_cache_copy(), "cached"), (repo_shared, "shared/data")):
-        if _is_wikitext(cand):
+        if is_wikitext(cand):
             return Text(_read(cand), f"WikiText-2 test ({how}: {cand})", cand)
     if allow_download and _download_wikitext(_cache_copy()):
         return Text(_read(_cache_copy()), "WikiText-2 test (downloaded)", _cache_copy())

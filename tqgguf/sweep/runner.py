@@ -47,34 +47,34 @@ def default_baseline_path(model_sha: str, text_sha: str, n_ctx: int, chunks: int
     return cache_dir() / "baselines" / f"{model_sha[:16]}-{text_sha[:12]}-c{n_ctx}-n{chunks}{'-gpu' if gpu else ''}.kld"
 
 
-def load_done(results: Path, run_id: str) -> dict[str, dict]:
-    done = {}
+def read_rows(results: Path) -> list[dict]:
+    """Every row of a results.jsonl (none when it does not exist); a line cut by a kill is
+    skipped, so that row reruns."""
+    rows = []
     if results.exists():
         for line in results.read_text().splitlines():
             try:
-                row = json.loads(line)
+                rows.append(json.loads(line))
             except ValueError:
-                continue  # a line cut by a kill: that row reruns
-            if row.get("run_id") == run_id:
-                done[row["key"]] = row
-    return done
+                continue
+    return rows
+
+
+def load_done(rows: list[dict], run_id: str) -> dict[str, dict]:
+    """The rows of run ``run_id`` by configuration key."""
+    return {row["key"]: row for row in rows if row.get("run_id") == run_id}
 
 
 class SweepDirError(ValueError):
     """The output directory holds a sweep of another model, text, n_ctx or chunk count."""
 
 
-def check_same_run(results: Path, run_id: str, model: str, text: str, n_ctx: int, chunks: int) -> None:
-    """Refuse an output directory whose results.jsonl holds rows of another run (model, text,
-    n_ctx, chunks): its table.md, results.csv and sweep.png show one run's map and would be
-    replaced by this one's. Raises SweepDirError naming what differs, there and here."""
-    if not results.exists():
-        return
-    for line in results.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
+def check_same_run(rows: list[dict], out_dir: Path, run_id: str, model: str, text: str, n_ctx: int,
+                   chunks: int) -> None:
+    """Refuse an output directory whose results.jsonl ``rows`` hold rows of another run (model,
+    text, n_ctx, chunks): its table.md, results.csv and sweep.png show one run's map and would
+    be replaced by this one's. Raises SweepDirError naming what differs, there and here."""
+    for row in rows:
         other = row.get("run_id")
         if other and other != run_id:
             there = {"model": row.get("model"), "text": row.get("text"), "n_ctx": row.get("n_ctx"),
@@ -82,7 +82,7 @@ def check_same_run(results: Path, run_id: str, model: str, text: str, n_ctx: int
             here = {"model": model, "text": text, "n_ctx": n_ctx, "chunks": chunks}
             diff = [f"{k} {there[k]} there, {here[k]} here" for k in here if there[k] != here[k]]
             raise SweepDirError(
-                f"{results.parent} holds the sweep of another run ({'; '.join(diff) or 'another model file'}): "
+                f"{out_dir} holds the sweep of another run ({'; '.join(diff) or 'another model file'}): "
                 f"this one would replace its table.md, results.csv and sweep.png. Give another -o DIR.")
 
 
@@ -116,8 +116,9 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     results = spec.out_dir / "results.jsonl"
     model_sha = sha256_file_cached(spec.model)
     run_id = f"{model_sha[:16]}-{spec.text.sha256[:12]}-c{spec.n_ctx}-n{spec.chunks}"
-    check_same_run(results, run_id, spec.model.name, spec.text.label, spec.n_ctx, spec.chunks)
-    done = load_done(results, run_id)
+    rows = read_rows(results)  # read once: another run's rows refuse the dir, this run's resume
+    check_same_run(rows, spec.out_dir, run_id, spec.model.name, spec.text.label, spec.n_ctx, spec.chunks)
+    done = load_done(rows, run_id)
     todo = [c for c in spec.configs if c.key not in done]
     if done:
         log(f"resuming: {len(done)} of {len(spec.configs)} configurations already in {results}")
