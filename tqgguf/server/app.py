@@ -463,7 +463,7 @@ def create_app(manager: Manager) -> FastAPI:
         r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
                                                                   load=load, keep_alive=ka))
         headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
-        load_s = manager.loaded_since(r, t0)
+        load_s = r.loaded_since(t0)
         try:
             if not stream:
                 data = await call_ok(r, "/v1/chat/completions", payload)
@@ -589,7 +589,7 @@ def create_app(manager: Manager) -> FastAPI:
         r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
                                                                   load=load, keep_alive=ka))
         headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
-        load_s = manager.loaded_since(r, t0)
+        load_s = r.loaded_since(t0)
         try:
             if raw:
                 text = prompt
@@ -710,7 +710,7 @@ def create_app(manager: Manager) -> FastAPI:
             data = await call_ok(r, "/v1/embeddings", {"input": seqs})
             vecs = [_resize(d["embedding"], dims) for d in sorted(data["data"], key=lambda d: d["index"])]
             return {"model": name, "embeddings": vecs, "total_duration": int((time.monotonic() - t0) * 1e9),
-                    "load_duration": int(manager.loaded_since(r, t0) * 1e9), "prompt_eval_count": n}
+                    "load_duration": int(r.loaded_since(t0) * 1e9), "prompt_eval_count": n}
 
     @app.post("/api/embeddings")
     async def api_embeddings(request: Request):

@@ -338,6 +338,12 @@ class Runner:
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
                          env=self._engine_env(), port=self.port)
 
+    def loaded_since(self, t0: float) -> float:
+        """Seconds this runner took to load if it (re)started after ``t0`` (a request's
+        monotonic start: a load on demand, a reload or a restart the request waited for),
+        else 0: Ollama's ``load_duration``."""
+        return self.load_seconds if self.ready_at >= t0 else 0.0
+
     def effective(self, option: str) -> Any:
         """The value of an Ollama load-time option (:data:`LOAD_OPTIONS`) this runner runs
         with: num_ctx per slot; num_batch as llama.cpp clamps ``-b`` (at most the whole
@@ -601,12 +607,6 @@ class Manager:
         if r.state != "ready":
             raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
         return r, reloaded
-
-    def loaded_since(self, r: Runner, t0: float) -> float:  # noqa: D401 - short helper
-        """Seconds ``r`` took to load if it (re)started after ``t0`` (a request's monotonic
-        start: a load on demand, a reload or a restart this request waited for), else 0:
-        Ollama's ``load_duration``."""
-        return r.load_seconds if r.ready_at >= t0 else 0.0
 
     async def has_gpu(self) -> bool:
         """Whether the llama-server binary lists a GPU device (asked once)."""
