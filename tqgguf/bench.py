@@ -36,6 +36,7 @@ import json
 import random
 import statistics
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -420,39 +421,37 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
     from .engine import cpu_threadpool
     from .runtime import open_context
 
-    ctx = open_context(engine, n_ctx=t.n_ctx, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch)
-    try:
-        with cpu_threadpool(ctx.ctx, engine.n_threads):  # llama-bench's setup: one pool per test
-            dec = _Decoder(ctx.ctx, *_vocab(engine), seed=seed)
+    # llama-bench's setup: one context and one CPU threadpool per test
+    with closing(open_context(engine, n_ctx=t.n_ctx, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch)) as ctx, \
+            cpu_threadpool(ctx.ctx, engine.n_threads):
+        dec = _Decoder(ctx.ctx, *_vocab(engine), seed=seed)
+        dec.clear()
+        if spec.warmup:
+            if t.n_prompt:
+                dec.prompt(dec.tokens(t.n_prompt), spec.n_batch)
+            if t.n_gen:
+                dec.gen(dec.tokens(1))
+        samples_ns, kv_after, decoded = [], [], []
+        for _ in range(spec.reps):
             dec.clear()
-            if spec.warmup:
-                if t.n_prompt:
-                    dec.prompt(dec.tokens(t.n_prompt), spec.n_batch)
-                if t.n_gen:
-                    dec.gen(dec.tokens(1))
-            samples_ns, kv_after, decoded = [], [], []
-            for _ in range(spec.reps):
-                dec.clear()
-                if t.n_depth:
-                    restored = False
-                    if cache.depth == t.n_depth and cache.buf is not None:
-                        restored = llama_cpp.llama_state_seq_set_data(ctx.ctx, cache.buf, len(cache.buf), 0) != 0
-                    if not restored:
-                        dec.clear()
-                        dec.prompt(dec.tokens(t.n_depth), spec.n_batch)
-                        size = llama_cpp.llama_state_seq_get_size(ctx.ctx, 0)
-                        buf = (ctypes.c_uint8 * size)()
-                        llama_cpp.llama_state_seq_get_data(ctx.ctx, buf, size, 0)
-                        cache.depth, cache.buf = t.n_depth, buf
-                toks = dec.tokens(t.n_prompt or t.n_gen)
-                t0 = time.perf_counter_ns()
-                n = dec.prompt(toks, spec.n_batch) if t.n_prompt else dec.gen(toks)
-                samples_ns.append(time.perf_counter_ns() - t0)
-                decoded.append(n)
-                kv_after.append(dec.pos_max() + 1)
-            report = ctx.report
-    finally:
-        ctx.close()
+            if t.n_depth:
+                restored = False
+                if cache.depth == t.n_depth and cache.buf is not None:
+                    restored = llama_cpp.llama_state_seq_set_data(ctx.ctx, cache.buf, len(cache.buf), 0) != 0
+                if not restored:
+                    dec.clear()
+                    dec.prompt(dec.tokens(t.n_depth), spec.n_batch)
+                    size = llama_cpp.llama_state_seq_get_size(ctx.ctx, 0)
+                    buf = (ctypes.c_uint8 * size)()
+                    llama_cpp.llama_state_seq_get_data(ctx.ctx, buf, size, 0)
+                    cache.depth, cache.buf = t.n_depth, buf
+            toks = dec.tokens(t.n_prompt or t.n_gen)
+            t0 = time.perf_counter_ns()
+            n = dec.prompt(toks, spec.n_batch) if t.n_prompt else dec.gen(toks)
+            samples_ns.append(time.perf_counter_ns() - t0)
+            decoded.append(n)
+            kv_after.append(dec.pos_max() + 1)
+        report = ctx.report
     n_tokens = t.n_prompt + t.n_gen
     ts = [1e9 * n_tokens / s for s in samples_ns]
     avg_ts, sd_ts = _stats(ts)
@@ -508,57 +507,55 @@ def _run_batched(spec: BenchSpec, engine, cfg, facts: dict, todo: set[tuple[int,
 
     b = spec.batched
     n_seq = max(b.npl)
-    ctx = open_context(engine, n_ctx=b.n_ctx, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch, n_seq_max=n_seq)
-    try:
-        with cpu_threadpool(ctx.ctx, engine.n_threads):  # as llama-batched-bench (common's threadpools)
-            n_vocab, _, _ = _vocab(engine)
-            rng = random.Random(seed)
-            mem = llama_cpp.llama_get_memory(ctx.ctx)
-            cap = max(max(pl * pp for pp, _, pl in b.cases()), n_seq, BATCHED_WARMUP_TOKENS)
-            batch = _SeqBatch(cap)
+    # as llama-batched-bench (common's threadpools): one context and one CPU threadpool
+    with closing(open_context(engine, n_ctx=b.n_ctx, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch,
+                              n_seq_max=n_seq)) as ctx, cpu_threadpool(ctx.ctx, engine.n_threads):
+        n_vocab, _, _ = _vocab(engine)
+        rng = random.Random(seed)
+        mem = llama_cpp.llama_get_memory(ctx.ctx)
+        cap = max(max(pl * pp for pp, _, pl in b.cases()), n_seq, BATCHED_WARMUP_TOKENS)
+        batch = _SeqBatch(cap)
 
-            def decode_all(sync_each: bool) -> None:
-                for off in range(0, batch.n, spec.n_batch):
-                    n = min(spec.n_batch, batch.n - off)
-                    res = llama_cpp.llama_decode(ctx.ctx, batch.view(off, n))
-                    if res != 0:
-                        raise RuntimeError(f"llama_decode failed (returned {res}) in the batched bench")
-                    if sync_each:
-                        llama_cpp.llama_synchronize(ctx.ctx)
+        def decode_all(sync_each: bool) -> None:
+            for off in range(0, batch.n, spec.n_batch):
+                n = min(spec.n_batch, batch.n - off)
+                res = llama_cpp.llama_decode(ctx.ctx, batch.view(off, n))
+                if res != 0:
+                    raise RuntimeError(f"llama_decode failed (returned {res}) in the batched bench")
+                if sync_each:
+                    llama_cpp.llama_synchronize(ctx.ctx)
 
-            w = BATCHED_WARMUP_TOKENS
-            batch.fill([rng.randrange(n_vocab) for _ in range(w)], list(range(w)), [0] * w, [0] * w)
-            decode_all(True)
-            for pp, tg, pl in b.cases():
-                if (pp, tg, pl) not in todo:
-                    on_row((pp, tg, pl), None)  # measured before: reuse it, in its place
-                    continue
-                batch.fill([rng.randrange(n_vocab) for _ in range(pl * pp)], [i for _ in range(pl) for i in range(pp)],
-                           [j for j in range(pl) for _ in range(pp)], [int(i == pp - 1) for _ in range(pl) for i in range(pp)])
-                steps = [[rng.randrange(n_vocab) for _ in range(pl)] for _ in range(tg)]
-                seqs, outs = list(range(pl)), [1] * pl
-                llama_cpp.llama_memory_clear(mem, False)
-                t0 = time.perf_counter_ns()
-                decode_all(False)
-                llama_cpp.llama_synchronize(ctx.ctx)
-                t1 = time.perf_counter_ns()
-                for i in range(tg):
-                    batch.fill(steps[i], [pp + i] * pl, seqs, outs)
-                    decode_all(True)
-                t2 = time.perf_counter_ns()
-                kv = [llama_cpp.llama_memory_seq_pos_max(mem, j) + 1 for j in range(pl)]
-                t_pp, t_tg = (t1 - t0) / 1e9, (t2 - t1) / 1e9
-                on_row((pp, tg, pl), {
-                    **facts, "kind": "batched", "type_k": cfg[0], "type_v": cfg[1], "fa_asked": cfg[2],
-                    "flash_attn": int(engine.flash_attn), "n_kv_max": b.n_ctx, "n_batch": spec.n_batch,
-                    "n_ubatch": min(spec.n_ubatch, spec.n_batch), "is_pp_shared": 0, "n_gpu_layers": spec.n_gpu_layers,
-                    "n_threads": engine.n_threads, "pp": pp, "tg": tg, "pl": pl, "n_kv": pl * (pp + tg),
-                    "t_pp": t_pp, "speed_pp": pl * pp / t_pp, "t_tg": t_tg, "speed_tg": pl * tg / t_tg,
-                    "t": t_pp + t_tg, "speed": (pl * pp + pl * tg) / (t_pp + t_tg),
-                    "kv_tokens_per_seq": kv, "k_mib": ctx.report.k_mib, "v_mib": ctx.report.v_mib,
-                    "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **_plan_fields(cfg[3], engine)})
-    finally:
-        ctx.close()
+        w = BATCHED_WARMUP_TOKENS
+        batch.fill([rng.randrange(n_vocab) for _ in range(w)], list(range(w)), [0] * w, [0] * w)
+        decode_all(True)
+        for pp, tg, pl in b.cases():
+            if (pp, tg, pl) not in todo:
+                on_row((pp, tg, pl), None)  # measured before: reuse it, in its place
+                continue
+            batch.fill([rng.randrange(n_vocab) for _ in range(pl * pp)], [i for _ in range(pl) for i in range(pp)],
+                       [j for j in range(pl) for _ in range(pp)], [int(i == pp - 1) for _ in range(pl) for i in range(pp)])
+            steps = [[rng.randrange(n_vocab) for _ in range(pl)] for _ in range(tg)]
+            seqs, outs = list(range(pl)), [1] * pl
+            llama_cpp.llama_memory_clear(mem, False)
+            t0 = time.perf_counter_ns()
+            decode_all(False)
+            llama_cpp.llama_synchronize(ctx.ctx)
+            t1 = time.perf_counter_ns()
+            for i in range(tg):
+                batch.fill(steps[i], [pp + i] * pl, seqs, outs)
+                decode_all(True)
+            t2 = time.perf_counter_ns()
+            kv = [llama_cpp.llama_memory_seq_pos_max(mem, j) + 1 for j in range(pl)]
+            t_pp, t_tg = (t1 - t0) / 1e9, (t2 - t1) / 1e9
+            on_row((pp, tg, pl), {
+                **facts, "kind": "batched", "type_k": cfg[0], "type_v": cfg[1], "fa_asked": cfg[2],
+                "flash_attn": int(engine.flash_attn), "n_kv_max": b.n_ctx, "n_batch": spec.n_batch,
+                "n_ubatch": min(spec.n_ubatch, spec.n_batch), "is_pp_shared": 0, "n_gpu_layers": spec.n_gpu_layers,
+                "n_threads": engine.n_threads, "pp": pp, "tg": tg, "pl": pl, "n_kv": pl * (pp + tg),
+                "t_pp": t_pp, "speed_pp": pl * pp / t_pp, "t_tg": t_tg, "speed_tg": pl * tg / t_tg,
+                "t": t_pp + t_tg, "speed": (pl * pp + pl * tg) / (t_pp + t_tg),
+                "kv_tokens_per_seq": kv, "k_mib": ctx.report.k_mib, "v_mib": ctx.report.v_mib,
+                "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **_plan_fields(cfg[3], engine)})
 
 
 def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None = None,
