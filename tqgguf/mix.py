@@ -43,7 +43,7 @@ import numpy as np
 
 from .cachetypes import check_cache_type, type_info
 from .fsutil import atomic_output, sha256_file_cached
-from .kvplan import PLAN_FILE_FORMAT, model_layers
+from .kvplan import PLAN_FILE_FORMAT, bits_per_value, model_layers
 from .quality import KLDStats, chunk_logits, encode_base_rows, tokenize
 from .runtime import open_model
 
@@ -261,7 +261,7 @@ class Choice:
 def pair_bits(k: str, v: str, head_k: int = 1, head_v: int = 1) -> float:
     """Average bits per stored value of K type ``k`` and V type ``v`` (weighted by the K and V
     values per token, head_k / head_v)."""
-    return (bits_of(k) * head_k + bits_of(v) * head_v) / (head_k + head_v)
+    return bits_per_value([(k, v)], head_k, head_v, bits_of)
 
 
 def uniform_pairs(types: tuple[str, ...], bits: float, head_k: int = 1, head_v: int = 1) -> list[tuple[str, str]]:
@@ -371,7 +371,7 @@ def choose(sens: Sensitivity, bits: float, *, head_k: int = 1, head_v: int = 1) 
         chosen[(il, side)] = t
         end -= cost[t] * w
     types = [(chosen[(il, "k")], chosen[(il, "v")]) for il in range(sens.n_layer)]
-    achieved = sum(bits_of(k) * head_k + bits_of(v) * head_v for k, v in types) / (sens.n_layer * (head_k + head_v))
+    achieved = bits_per_value(types, head_k, head_v, bits_of)
     return types, predict(sens, types), achieved
 
 

@@ -19,7 +19,7 @@ from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, fl
 from .config import parse_k_center
 from .engine import EngineError, capture, engine_env, ensure_engine, gpu_offload_error
 from . import kcenter
-from .kvplan import KVPlan, build_plan, kv_bytes_per_token, model_layers
+from .kvplan import KVPlan, bits_per_value, build_plan, kv_bytes_per_token, model_layers
 from .enginevars import warn_overrides
 
 
@@ -238,8 +238,8 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         layers = model_layers(path)
         report.kv_bytes_per_token = kv_bytes_per_token([(ctk, ctv)] * layers.n_layer, layers,
                                                        lambda t, n: type_info(t).row_bytes(n))
-        values = layers.n_layer * layers.n_head_kv * (layers.head_k + layers.head_v)
-        report.bits_per_value = 8 * report.kv_bytes_per_token / values
+        report.bits_per_value = bits_per_value([(ctk, ctv)], layers.head_k, layers.head_v,
+                                               lambda t: type_info(t).bits_per_value)
     if plan is None and report.k_type and (report.k_type != ctk or report.v_type != ctv):
         llama.close()
         raise EngineError(f"llama.cpp used K={report.k_type} V={report.v_type}, not the requested {ctk}/{ctv}")
