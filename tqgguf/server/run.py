@@ -111,8 +111,8 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
 
 
 def _loop_factory():
-    """uvloop's event loop when it is installed (``pip install tqgguf[fast]`` / uvicorn[standard]),
-    else asyncio's own. It cuts the front's CPU per request; README's serve section has the numbers."""
+    """uvloop's event loop when it is installed (a dependency of tqgguf everywhere but Windows,
+    pyproject.toml), else asyncio's own. It cuts the front's CPU per request; README's serve section has the numbers."""
     try:
         import uvloop
     except ImportError:
