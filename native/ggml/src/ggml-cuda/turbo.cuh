@@ -546,6 +546,45 @@ static __device__ __forceinline__ void ggml_cuda_turbo_sel4_pair(const void * vb
     }
 }
 
+// turbo3: elements 8r + l0 .. 8r + l0 + 3 (l0 = 0 or 4) for every r of a block come from the
+// same four bytes of each of its three byte rows qs[8k + l0 ..], k = 0..2. The rows are read
+// once and interleaved into 16-bit lanes (lane n = row k byte n | row k+1 byte n << 8): the
+// low pair (rows 0, 1) holds index bits 0..15 of w_l, so r <= 3 (bits 3r..3r+2 <= 11); the
+// high pair (rows 1, 2) bits 8..23, so r >= 4. Three 4-byte loads per block and thread, where
+// ggml_cuda_turbo_sel4 reads two per four elements.
+struct ggml_cuda_turbo3_rows {
+    uint32_t lo01, hi01;  // lanes of elements l0, l0+1 (lo) and l0+2, l0+3 (hi), rows 0 | 1 << 8
+    uint32_t lo12, hi12;  // the same for rows 1 | 2 << 8
+};
+
+// rows 0 and 1 (upper = false) or 1 and 2 (upper = true) of block x at byte l0 (0 or 4)
+template <bool lower, bool upper>
+static __device__ __forceinline__ ggml_cuda_turbo3_rows ggml_cuda_turbo3_load_rows(const block_turbo3_0 * x, const int l0) {
+    ggml_cuda_turbo3_rows rows = {0, 0, 0, 0};
+    uint32_t q0 = 0, q1, q2 = 0;
+    ggml_cuda_memcpy_1<4, 2>(&q1, x->qs + QK_TURBO/8 + l0);
+    if constexpr (lower) {
+        ggml_cuda_memcpy_1<4, 2>(&q0, x->qs + l0);
+        rows.lo01 = __byte_perm(q0, q1, 0x5140);
+        rows.hi01 = __byte_perm(q0, q1, 0x7362);
+    }
+    if constexpr (upper) {
+        ggml_cuda_memcpy_1<4, 2>(&q2, x->qs + 2*QK_TURBO/8 + l0);
+        rows.lo12 = __byte_perm(q1, q2, 0x5140);
+        rows.hi12 = __byte_perm(q1, q2, 0x7362);
+    }
+    return rows;
+}
+
+// nibble n of the result = index of element 8r + l0 + n; upper = (r >= 4), r < 8
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo3_sel4_rows(const ggml_cuda_turbo3_rows & rows, const int r, const bool upper) {
+    const int      sh = upper ? 3*r - 8 : 3*r;
+    const uint32_t lo = ((upper ? rows.lo12 : rows.lo01) >> sh) & 0x00070007;  // l0 at bit 0, l0+1 at bit 16
+    const uint32_t hi = ((upper ? rows.hi12 : rows.hi01) >> sh) & 0x00070007;  // l0+2, l0+3
+    const uint32_t t  = lo | (hi << 8);                                         // l0, l0+2, l0+1, l0+3 at bits 0, 8, 16, 24
+    return t | (t >> 12);
+}
+
 // nibble n of the result (n = 0..3) = index of element o + n of block vb; o % 4 == 0
 template <ggml_type type>
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_sel4(const void * vb, const int o) {
@@ -684,18 +723,36 @@ static __device__ __forceinline__ float vec_dot_fattn_vec_KQ_turbo(
 #pragma unroll
         for (int m = 0; m < n_int/per_block; ++m) {
             const typename tt::block * b = K + m;
-            float sum_b = 0.0f;
+            int sa = 0;  // elements < 32 of the block: one q8_1 block of Q, one scale
+            int sb = 0;  // elements >= 32
 #pragma unroll
             for (int q = 0; q < per_block/2; ++q) {
                 const int ia = m*per_block + q;
                 const int ib = ia + per_block/2;
                 uint32_t sel_a, sel_b;
                 ggml_cuda_turbo_sel4_pair<type_K>(b, 4*(nthreads*q + t), sel_a, sel_b);
-                const int sa = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_a), Q_q8[ia], 0);
-                const int sb = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_b), Q_q8[ib], 0);
-                sum_b += Q_ds[ia].x * (float) sa + Q_ds[ib].x * (float) sb;
+                sa = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_a), Q_q8[ia], sa);
+                sb = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel_b), Q_q8[ib], sb);
             }
-            sum += __half2float(b->d) * sum_b;
+            sum += __half2float(b->d) * (Q_ds[m*per_block].x * (float) sa + Q_ds[m*per_block + per_block/2].x * (float) sb);
+        }
+    } else if constexpr (nthreads <= QK_TURBO/8 && type_K == GGML_TYPE_TURBO3_0) {
+        // a thread's int q of block m is elements 8r + l0 .. +3 with r = (nthreads/2)q + t/2,
+        // l0 = 4(t % 2): the three byte rows are read once per block. Ints of one q8_1 block
+        // (32 elements: q < per_block/2) share Q's scale, so their dp4a sums add as integers.
+        constexpr int per_block = QK_TURBO/4/nthreads;
+        static_assert(n_int % per_block == 0 && (nthreads/2)*(per_block/2) == 4, "whole blocks, r >= 4 from q = per_block/2");
+#pragma unroll
+        for (int m = 0; m < n_int/per_block; ++m) {
+            const block_turbo3_0 * b = K + m;
+            const ggml_cuda_turbo3_rows rows = ggml_cuda_turbo3_load_rows<true, true>(b, 4*(t % 2));
+            int s[2] = {0, 0};
+#pragma unroll
+            for (int q = 0; q < per_block; ++q) {
+                const uint32_t sel = ggml_cuda_turbo3_sel4_rows(rows, (nthreads/2)*q + t/2, q >= per_block/2);
+                s[q >= per_block/2] = ggml_cuda_dp4a((int) ggml_cuda_turbo_table4<type_K, 0>(sel), Q_q8[m*per_block + q], s[q >= per_block/2]);
+            }
+            sum += __half2float(b->d) * (Q_ds[m*per_block].x * (float) s[0] + Q_ds[m*per_block + per_block/2].x * (float) s[1]);
         }
     } else {
 #pragma unroll
@@ -722,7 +779,16 @@ static __device__ __forceinline__ void dequantize_V_turbo(const void * __restric
     const int o = (int) (u % QK_TURBO);
 #pragma unroll
     for (int l0 = 0; l0 < ne; l0 += 4) {
-        const uint32_t sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
+        uint32_t sel;
+        if constexpr (type_V == GGML_TYPE_TURBO3_0) {
+            const int  e     = o + l0;
+            const bool upper = e >= QK_TURBO/2;  // r >= 4
+            const ggml_cuda_turbo3_rows rows = upper ? ggml_cuda_turbo3_load_rows<false, true>(b, e % 8)
+                                                     : ggml_cuda_turbo3_load_rows<true, false>(b, e % 8);
+            sel = ggml_cuda_turbo3_sel4_rows(rows, e / 8, upper);
+        } else {
+            sel = ggml_cuda_turbo_sel4<type_V>(b, o + l0);
+        }
         const uint32_t lo  = ggml_cuda_turbo_table4<type_V, 1>(sel);
         const uint32_t hi  = ggml_cuda_turbo_table4<type_V, 2>(sel);
         const uint32_t c01 = __byte_perm(lo, hi, 0x5140);  // fp16 centroids of elements 0, 1
