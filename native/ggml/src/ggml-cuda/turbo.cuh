@@ -516,8 +516,39 @@ static constexpr int ggml_cuda_turbo_fa_nthreads_V  = 8;
 // turbo4 at hd 64/128 already fits. At hd 256 the cap made every turbo pair slower (turbo4
 // 31.5 -> 32.9 µs, 1 KV head, GQA 4; two queries per block spill), so it stays at 1 there.
 // (session 6, H200, results/cuda/s6/launch-bounds/)
-static constexpr __host__ __device__ int ggml_cuda_turbo_fa_min_blocks(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) && D <= 128 ? 3 : 1;
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_min_blocks(const int D, const int ncols, const ggml_type type_K, const ggml_type type_V) {
+    return (ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) && D <= 128 ? (ncols > 1 ? 2 : 3) : 1;
+}
+
+// Q heads per block of the vector kernel at one query (Q->ne[1] == 1) when a side is turbo.
+// Upstream gives each Q head its own block, so the gqa_ratio heads that share a K/V head each
+// read and decode every K/V row; with G heads as the block's columns (fattn-vec.cuh's ncols2)
+// a row is read and decoded once for G of them (the decode is the turbo kernel's cost: Nsight
+// Compute, session 6). G divides gqa_ratio; the registers per column (Q as q8_1, the V
+// accumulators) bound it: 4 at head dim 64, 2 at 128, 1 (off) at 256. The heads of a block
+// share one mask row and need one ALiBi slope (max_bias 0); logit softcapping keeps G = 1
+// (fewer kernel instances).
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_gqa_max(const int D, const ggml_type type_K, const ggml_type type_V) {
+    return !(ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) ? 1 : D <= 64 ? 4 : D <= 128 ? 2 : 1;
+}
+
+// G for one FLASH_ATTN_EXT node (dst): the largest G <= ggml_cuda_turbo_fa_gqa_max dividing its gqa ratio, 1 if none
+static inline int ggml_cuda_turbo_fa_gqa_cols(const int D, const ggml_type type_K, const ggml_type type_V, const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    float max_bias, logit_softcap;
+    memcpy(&max_bias,      (const float *) dst->op_params + 1, sizeof(float));
+    memcpy(&logit_softcap, (const float *) dst->op_params + 2, sizeof(float));
+    if (Q->ne[1] != 1 || max_bias != 0.0f || logit_softcap != 0.0f || K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0) {
+        return 1;
+    }
+    const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
+    for (int G = ggml_cuda_turbo_fa_gqa_max(D, type_K, type_V); G > 1; --G) {
+        if (gqa_ratio % G == 0) {
+            return G;
+        }
+    }
+    return 1;
 }
 
 // byte lanes of v hold 4 indices (< 16) -> the same indices as the 4 nibbles of a PRMT selector
