@@ -27,6 +27,8 @@
 #include "ggml.h"
 #include "ggml-common.h"  // ggml_half is uint16_t (the fp16 bits) in the C++ declaration
 
+#define GGML_LOG_ERROR(...) fprintf(stderr, __VA_ARGS__)  // ggml-impl.h's logger, as plain stderr
+
 #define WARP_SIZE 32
 
 struct turbo_host_dim3 { unsigned int x = 0, y = 0, z = 0; };

@@ -532,7 +532,28 @@ static constexpr __host__ __device__ int ggml_cuda_turbo_fa_gqa_max(const int D,
     return !(ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) ? 1 : D <= 64 ? 4 : D <= 128 ? 2 : 1;
 }
 
-// G for one FLASH_ATTN_EXT node (dst): the largest G <= ggml_cuda_turbo_fa_gqa_max dividing its gqa ratio, 1 if none
+// GGML_CUDA_TURBO_FA_GQA=N (runtime, read once): at most N Q heads per block, 1 = upstream's one
+// head per block; for measuring the grouping against no grouping with one build (as upstream's
+// GGML_CUDA_DISABLE_GRAPHS). Unset: no cap. A value other than 1..4 is reported and not applied.
+static int ggml_cuda_turbo_fa_gqa_env_cap() {
+    static const int cap = [] {
+        const char * s = getenv("GGML_CUDA_TURBO_FA_GQA");
+        if (s == nullptr) {
+            return 4;
+        }
+        char * end = nullptr;
+        const long v = strtol(s, &end, 10);
+        if (end == s || *end != '\0' || v < 1 || v > 4) {
+            GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_GQA=%s is not one of 1, 2, 3, 4; not applied\n", __func__, s);
+            return 4;
+        }
+        return (int) v;
+    }();
+    return cap;
+}
+
+// G for one FLASH_ATTN_EXT node (dst): the largest G <= ggml_cuda_turbo_fa_gqa_max (and the
+// GGML_CUDA_TURBO_FA_GQA cap) dividing its gqa ratio, 1 if none
 static inline int ggml_cuda_turbo_fa_gqa_cols(const int D, const ggml_type type_K, const ggml_type type_V, const ggml_tensor * dst) {
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
@@ -543,7 +564,8 @@ static inline int ggml_cuda_turbo_fa_gqa_cols(const int D, const ggml_type type_
         return 1;
     }
     const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
-    for (int G = ggml_cuda_turbo_fa_gqa_max(D, type_K, type_V); G > 1; --G) {
+    const int G_max = ggml_cuda_turbo_fa_gqa_max(D, type_K, type_V);
+    for (int G = G_max < ggml_cuda_turbo_fa_gqa_env_cap() ? G_max : ggml_cuda_turbo_fa_gqa_env_cap(); G > 1; --G) {
         if (gqa_ratio % G == 0) {
             return G;
         }
