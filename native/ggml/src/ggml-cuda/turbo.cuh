@@ -25,15 +25,18 @@
 #define QR_TURBO 2  // dequantize_kernel_t pairs: element iqs and element iqs + QK_TURBO/2
 
 static __device__ const float ggml_cuda_turbo4_c[16] = GGML_TURBO4_CENTROIDS;
+static __device__ const float ggml_cuda_turbo4_b[15] = GGML_TURBO4_BOUNDARIES;
 static __device__ const float ggml_cuda_turbo3_c[8]  = GGML_TURBO3_CENTROIDS;
+static __device__ const float ggml_cuda_turbo3_b[7]  = GGML_TURBO3_BOUNDARIES;
 static __device__ const float ggml_cuda_turbo2_c[4]  = GGML_TURBO2_CENTROIDS;
+static __device__ const float ggml_cuda_turbo2_b[3]  = GGML_TURBO2_BOUNDARIES;
+static __device__ const float ggml_cuda_turbo_inv_grid[GGML_TURBO_SEARCH_STEPS] = GGML_TURBO_SEARCH_INV_GRID;
 
 static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(const ggml_type type) {
     return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
 }
 
-// Per-type facts: the block struct, number of levels, centroids (c: any index, from global
-// memory; c_imm: constant index) and decision boundaries (b_imm).
+// Per-type facts: the block struct, number of levels, centroids and decision boundaries.
 template <ggml_type type> struct ggml_cuda_turbo_traits;
 
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0> {
@@ -42,9 +45,7 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0> {
     static constexpr int levels = 1 << bits;
     static_assert(levels == GGML_TURBO4_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo4_c[i]; }
-    // the same tables as compile-time constants, for constant i only (unrolled loops: immediates, no memory access)
-    static constexpr __host__ __device__ float c_imm(const int i) { constexpr float t[] = GGML_TURBO4_CENTROIDS;  return t[i]; }
-    static constexpr __host__ __device__ float b_imm(const int i) { constexpr float t[] = GGML_TURBO4_BOUNDARIES; return t[i]; }
+    static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo4_b[i]; }
 };
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO3_0> {
     typedef block_turbo3_0 block;
@@ -52,9 +53,7 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO3_0> {
     static constexpr int levels = 1 << bits;
     static_assert(levels == GGML_TURBO3_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo3_c[i]; }
-    // the same tables as compile-time constants, for constant i only (unrolled loops: immediates, no memory access)
-    static constexpr __host__ __device__ float c_imm(const int i) { constexpr float t[] = GGML_TURBO3_CENTROIDS;  return t[i]; }
-    static constexpr __host__ __device__ float b_imm(const int i) { constexpr float t[] = GGML_TURBO3_BOUNDARIES; return t[i]; }
+    static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo3_b[i]; }
 };
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
     typedef block_turbo2_0 block;
@@ -62,9 +61,7 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
     static constexpr int levels = 1 << bits;
     static_assert(levels == GGML_TURBO2_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo2_c[i]; }
-    // the same tables as compile-time constants, for constant i only (unrolled loops: immediates, no memory access)
-    static constexpr __host__ __device__ float c_imm(const int i) { constexpr float t[] = GGML_TURBO2_CENTROIDS;  return t[i]; }
-    static constexpr __host__ __device__ float b_imm(const int i) { constexpr float t[] = GGML_TURBO2_BOUNDARIES; return t[i]; }
+    static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo2_b[i]; }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -137,46 +134,16 @@ static __device__ __forceinline__ float ggml_cuda_turbo_clamp_scale(const float 
     return d > 65504.0f ? 65504.0f : (d < -65504.0f ? -65504.0f : d);
 }
 
-// Nearest centroid = number of decision boundaries strictly below v (0 for NaN), counted
-// against the boundaries as immediates: 15/7/3 independent compares, no memory access. (A
-// binary search over the __device__ table made every step a dependent global load: a
-// decoding step's cache write of a few blocks waited on about ten of them, and the turbo
-// SET_ROWS took 5.3 us against q8_0's 2.7 at batch 1, Nsight Compute, session 8.)
+// Nearest centroid = number of decision boundaries strictly below v (binary search).
 template <ggml_type type>
 static __device__ __forceinline__ int ggml_cuda_turbo_nearest(const float v) {
     typedef ggml_cuda_turbo_traits<type> tt;
     int i = 0;
 #pragma unroll
-    for (int j = 0; j < tt::levels - 1; ++j) {
-        i += ggml_cuda_turbo_gt(v, tt::b_imm(j)) ? 1 : 0;
+    for (int step = tt::levels/2; step >= 1; step /= 2) {
+        i += ggml_cuda_turbo_gt(v, tt::b(i + step - 1)) ? step : 0;
     }
     return i;
-}
-
-// The nearest centroid's value itself, c[nearest(v)], by the same compares: the boundaries
-// ascend, so "v above boundary j" holds exactly for j < nearest(v) and the last centroid
-// selected is c[nearest(v)] (bit for bit the table's value).
-template <ggml_type type>
-static __device__ __forceinline__ float ggml_cuda_turbo_nearest_c(const float v) {
-    typedef ggml_cuda_turbo_traits<type> tt;
-    float c = tt::c_imm(0);
-#pragma unroll
-    for (int j = 0; j < tt::levels - 1; ++j) {
-        c = ggml_cuda_turbo_gt(v, tt::b_imm(j)) ? tt::c_imm(j + 1) : c;
-    }
-    return c;
-}
-
-// Candidate k's inverse-scale factor, GGML_TURBO_SEARCH_INV_GRID[k], for a k known only at
-// run time, by selects over immediates (no memory access).
-static __device__ __forceinline__ float ggml_cuda_turbo_inv_grid_at(const int k) {
-    constexpr float t[GGML_TURBO_SEARCH_STEPS] = GGML_TURBO_SEARCH_INV_GRID;
-    float g = t[0];
-#pragma unroll
-    for (int j = 1; j < GGML_TURBO_SEARCH_STEPS; ++j) {
-        g = k == j ? t[j] : g;
-    }
-    return g;
 }
 
 // The CPU's canonical order: acc[l] = sum over r ascending of a[8r + l], then
@@ -192,6 +159,7 @@ static __device__ __forceinline__ float ggml_cuda_turbo_tree(const float (&acc)[
 // Score of candidate inverse scale s: sums <x, c[idx]> and <c[idx], c[idx]>.
 template <ggml_type type>
 static __device__ __forceinline__ void ggml_cuda_turbo_candidate(const float * x, const float s, float & dot, float & den) {
+    typedef ggml_cuda_turbo_traits<type> tt;
     float acc_dot[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
     float acc_den[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
@@ -199,7 +167,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_candidate(const float * x
 #pragma unroll
         for (int l = 0; l < 8; ++l) {
             const float xv = x[8*r + l];
-            const float c  = ggml_cuda_turbo_nearest_c<type>(ggml_cuda_turbo_mul(xv, s));
+            const float c  = tt::c(ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(xv, s)));
             acc_dot[l] = ggml_cuda_turbo_add(acc_dot[l], ggml_cuda_turbo_mul(xv, c));
             acc_den[l] = ggml_cuda_turbo_add(acc_den[l], ggml_cuda_turbo_mul(c, c));
         }
@@ -264,7 +232,7 @@ static __device__ void quantize_f32_turbo_block(const float * __restrict__ x, ty
     int   best_k     = -1;
     for (int k = 0; k < GGML_TURBO_SEARCH_STEPS; ++k) {
         float dot, den;
-        ggml_cuda_turbo_candidate<type>(x, ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid_at(k)), dot, den);
+        ggml_cuda_turbo_candidate<type>(x, ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[k]), dot, den);
         const float score = ggml_cuda_turbo_div(ggml_cuda_turbo_mul(dot, dot), den);
         if (ggml_cuda_turbo_gt(score, best_score)) {
             best_score = score;
@@ -283,7 +251,7 @@ static __device__ void quantize_f32_turbo_block(const float * __restrict__ x, ty
         }
         return;
     }
-    ggml_cuda_turbo_pack<type>(x, ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid_at(best_k)), d, y);
+    ggml_cuda_turbo_pack<type>(x, ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[best_k]), d, y);
 }
 
 static __device__ void quantize_f32_turbo4_0_block(const float * __restrict__ x, block_turbo4_0 * __restrict__ y) {
@@ -348,11 +316,11 @@ static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__
 #pragma unroll
         for (int p = 0; p < passes; ++p) {
             const int   k = 4*(p*nwarps + w) + g;
-            const float s = ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid_at(k));
+            const float s = ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[k]);
             float acc_dot = 0.0f, acc_den = 0.0f;
 #pragma unroll
             for (int r = 0; r < 8; ++r) {
-                const float c = ggml_cuda_turbo_nearest_c<type>(ggml_cuda_turbo_mul(xc[r], s));
+                const float c = ggml_cuda_turbo_traits<type>::c(ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(xc[r], s)));
                 acc_dot = ggml_cuda_turbo_add(acc_dot, ggml_cuda_turbo_mul(xc[r], c));
                 acc_den = ggml_cuda_turbo_add(acc_den, ggml_cuda_turbo_mul(c, c));
             }
@@ -399,7 +367,7 @@ static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__
     if (n != 0.0f) {
         d = ggml_cuda_turbo_div(best_dot, best_den);
         d = ggml_cuda_turbo_clamp_scale(d);
-        s = best_k >= 0 ? ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid_at(best_k)) : 0.0f;
+        s = best_k >= 0 ? ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[best_k]) : 0.0f;
     }
     const bool nan_block = n != 0.0f && best_k < 0;  // the CPU keeps indices 0 and d = 0/1
     if (lane == 0) {
