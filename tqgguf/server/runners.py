@@ -31,6 +31,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from ..config import Settings
+from ..runtime import training_context_warning
 from .child import LLAMA_DEFAULT_N_BATCH, Child, ChildError, ChildSpec, describe_exit, gpu_devices
 
 log = logging.getLogger("tqgguf.server")
@@ -411,11 +412,9 @@ class Runner:
             raise
         self.ready_at = time.monotonic()
         self.load_seconds = self.ready_at - t0
-        train = self.model.n_ctx_train()
-        if train and self.n_ctx > train and self.kind == "chat":
+        if self.kind == "chat" and (warning := training_context_warning(self.n_ctx, self.model.n_ctx_train())):
             # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
-            log.warning("%s runs with %d tokens per slot, more than the %d it was trained for; answers past %d "
-                        "tokens may degrade", self.model.name, self.n_ctx, train, train)
+            log.warning("%s: %s", self.model.name, warning)
         self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
