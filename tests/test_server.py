@@ -552,14 +552,63 @@ def test_killing_the_child_mid_request_errors_the_client_and_restarts(srv):
     assert r.choices[0].text
 
 
-def test_sigterm_stops_serve_and_its_children_and_a_context_past_training_is_warned(model_path, tmp_path):
-    s = Server(ALIAS, tmp_path, "-c", "8448")  # SmolLM2-135M was trained with 8192
+def test_sigterm_drains_requests_ends_streams_with_an_error_and_stops_the_child(model_path, wikitext, tmp_path):
+    """SIGTERM while clients stream: a short request finishes in the grace period, the streams
+    still running after it end with the API's error (OpenAI: an SSE error event the openai
+    client raises; Ollama: an {"error"} line the ollama client raises), no traceback, the
+    child stopped, the signal re-raised (exit by SIGTERM, uvicorn's convention). Also: a
+    context past the model's training context is warned with the runtime's wording."""
+    s = Server(ALIAS, tmp_path, "-c", "8448", "-np", "3")  # SmolLM2-135M was trained with 8192
     assert "smollm2-135m: warning: n_ctx 8448 is beyond the model's training context (8192)" in s.log()
     kids = _children(s.proc.pid)
     assert len(kids) == 1
+    got: dict[str, list[float]] = {"openai": [], "ollama": []}
+    errors: dict[str, BaseException] = {}
+    short: list = []
+
+    def openai_stream():
+        try:
+            for _ in s.oa.completions.create(model=ALIAS, prompt="Once upon a time", max_tokens=4000, stream=True,
+                                             extra_body={"ignore_eos": True}):
+                got["openai"].append(time.monotonic())
+        except Exception as e:  # noqa: BLE001 - the assertion below says which
+            errors["openai"] = e
+
+    def ollama_stream():  # greedy continuation of WikiText: no end of text within the grace period
+        try:
+            for _ in s.ol.generate(model=ALIAS, prompt=wikitext.content[:2000], raw=True, stream=True,
+                                   options={**GREEDY, "num_predict": 4000}):
+                got["ollama"].append(time.monotonic())
+        except Exception as e:  # noqa: BLE001
+            errors["ollama"] = e
+
+    threads = [threading.Thread(target=openai_stream), threading.Thread(target=ollama_stream)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while not (got["openai"] and got["ollama"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    quick = threading.Thread(target=lambda: short.append(s.oa.completions.create(
+        model=ALIAS, prompt="Hello", max_tokens=8, extra_body={"ignore_eos": True})))
+    quick.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after shutting down
+    for t in (*threads, quick):
+        t.join(60)
+    rc = s.proc.wait(timeout=30)
+    log = s.log()
     s.stop()
+    assert short and short[0].usage.completion_tokens == 8  # finished within the grace period
+    for api, err_type in (("openai", openai.APIError), ("ollama", ollama.ResponseError)):
+        assert isinstance(errors.get(api), err_type), (api, errors.get(api), log[-3000:])
+        assert "tqgguf serve is shutting down (SIGTERM)" in str(errors[api]) and "grace period" in str(errors[api])
+        assert any(t > t0 + 1 for t in got[api]), f"{api}: the stream did not go on in the grace period"
+        assert max(got[api]) < t0 + 9
+    assert "Traceback" not in log and "Cancel" not in log, log[-3000:]
+    assert re.search(r"shutting down \(SIGTERM\): new requests get 503; [23] running request\(s\) have 5 s", log)
+    assert "cutting 2 request(s) still running 5 s after SIGTERM" in log
+    assert rc == -signal.SIGTERM  # uvicorn re-raises the signal after the graceful shutdown
     assert not Path(f"/proc/{kids[0]}").exists() or "Z" in Path(f"/proc/{kids[0]}/stat").read_text().split()[2]
 
 

@@ -81,6 +81,8 @@ def _upstream_message(data: bytes) -> str:
 
 
 def _gone_message(r: Runner) -> str:
+    if r.cut_reason:
+        return r.cut_reason
     code = r.child.returncode() if r.child else None
     from .child import describe_exit
 
@@ -172,7 +174,7 @@ def create_app(manager: Manager) -> FastAPI:
 
     @app.exception_handler(ChildGone)
     async def _gone(request: Request, exc: ChildGone):
-        return _error(request, 502, str(exc))
+        return _error(request, 503 if manager.shutting_down else 502, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
@@ -228,6 +230,7 @@ def create_app(manager: Manager) -> FastAPI:
                 data = b""
             resp.close()
             raise RequestError(resp.status, _upstream_message(data))
+        r.streams.add(resp)  # cut at shutdown (Manager.begin_shutdown); the stream's done() removes it
         return resp
 
     # -- OpenAI: passed through ----------------------------------------------------------------
@@ -250,6 +253,7 @@ def create_app(manager: Manager) -> FastAPI:
                 stream_stack = stack.pop_all()  # the stream now holds the model; it releases it when it ends
 
                 async def done() -> None:
+                    r.streams.discard(resp)
                     resp.close()
                     await stream_stack.aclose()
 
@@ -258,7 +262,8 @@ def create_app(manager: Manager) -> FastAPI:
                         async for chunk in resp.content.iter_any():
                             yield chunk
                     except aiohttp.ClientError:
-                        err = {"error": {"message": _gone_message(r), "type": "server_error", "code": 502}}
+                        err = {"error": {"message": _gone_message(r), "type": "server_error",
+                                         "code": 503 if r.cut_reason else 502}}
                         yield f"data: {json.dumps(err)}\n\n".encode()
                     finally:
                         await done()
@@ -487,6 +492,7 @@ def create_app(manager: Manager) -> FastAPI:
             raise
 
         async def done() -> None:
+            r.streams.discard(resp)
             resp.close()
             await stack.aclose()
 
@@ -623,6 +629,7 @@ def create_app(manager: Manager) -> FastAPI:
             raise
 
         async def done() -> None:
+            r.streams.discard(resp)
             resp.close()
             await stack.aclose()
 

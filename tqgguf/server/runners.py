@@ -324,6 +324,8 @@ class Runner:
         self._watch: asyncio.Task | None = None
         self.load = LoadParams(n_threads=config.n_threads, n_gpu_layers=config.n_gpu_layers)
         self.reload_reason = ""  # what the last reload for a request changed, e.g. "num_ctx 4096"
+        self.cut_reason: str | None = None  # why the connections to the child were closed (shutdown)
+        self.streams: set[aiohttp.ClientResponse] = set()  # streamed answers being relayed now
 
     @property
     def key(self) -> tuple[str, str]:
@@ -490,6 +492,40 @@ class Manager:
         self._next_port = self.settings.llama_server_port
         self._reaper: asyncio.Task | None = None
         self._has_gpu: bool | None = None
+        self.shutting_down = False  # set by begin_shutdown: no new requests
+        self._cut_timer: asyncio.TimerHandle | None = None
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    def begin_shutdown(self, grace: float, why: str = "SIGTERM/SIGINT") -> None:
+        """Start a graceful shutdown (uvicorn has stopped accepting connections): refuse new
+        requests (Unavailable, a 503), let the running ones finish for ``grace`` seconds, then
+        cut those still running by closing the connections to the children, so each ends
+        with the API's error (a final error event or line once streaming) instead of a
+        silent cut. :meth:`shutdown` stops the children afterwards."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        running = sum(r.active for r in self.runners.values())
+        log.info("shutting down (%s): new requests get 503; %d running request(s) have %.0f s to finish",
+                 why, running, grace)
+        self._cut_timer = asyncio.get_running_loop().call_later(
+            grace, lambda: asyncio.ensure_future(self._cut(grace, why)))
+
+    async def _cut(self, grace: float, why: str) -> None:
+        running = [r for r in self.runners.values() if r.active]
+        if not running:
+            return
+        log.warning("shutting down: cutting %d request(s) still running %.0f s after %s", sum(r.active for r in running),
+                    grace, why)
+        for r in running:
+            r.cut_reason = (f"tqgguf serve is shutting down ({why}); this request was still running after the "
+                            f"{grace:.0f} s grace period and was stopped")
+            for resp in list(r.streams):
+                # closing the connection alone does not wake a reader waiting for the next chunk
+                resp.content.set_exception(aiohttp.ClientConnectionError(r.cut_reason))
+                resp.close()
+            await r._close_client()  # requests waiting for a whole answer fail with ClientError
 
     # -- names -------------------------------------------------------------------------
 
@@ -677,6 +713,8 @@ class Manager:
                   keep_alive: float | None = None) -> AsyncIterator[tuple[Runner, bool]]:
         """Hold a runner for one request (``num_ctx``/``load``: see :meth:`runner`); on exit
         apply keep-alive (the request's, else the default) from now."""
+        if self.shutting_down:
+            raise Unavailable("tqgguf serve is shutting down and takes no new requests")
         model = self.find(name)
         r, reloaded = await self.runner(model, kind, num_ctx, load)
         r.active += 1
@@ -735,6 +773,8 @@ class Manager:
 
     async def shutdown(self) -> None:
         """Stop every child."""
+        if self._cut_timer is not None:
+            self._cut_timer.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
         for r in list(self.runners.values()):
