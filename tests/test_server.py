@@ -514,6 +514,11 @@ def test_think_splitter_streams_what_the_whole_text_splits_into():
 
 
 def test_killing_the_child_mid_request_errors_the_client_and_restarts(srv):
+    # an earlier refused request leaves a warning with "error" in the child's log; the lines
+    # reported after the crash must still be the dying child's last ones, not that one
+    with pytest.raises(openai.BadRequestError):
+        srv.oa.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "hi"}], response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"properties": {"a": {"$ref": "#/nope"}}}}})
     _, h = srv.health()
     pid = [r for r in h["runners"] if r["name"] == ALIAS and r["kind"] == "chat"][0]["pid"]
     errors: list[BaseException] = []
@@ -547,6 +552,9 @@ def test_killing_the_child_mid_request_errors_the_client_and_restarts(srv):
     assert any("died (killed by SIGKILL); restarting" in e for _, _, e in seen)
     runner = [r for r in h["runners"] if r["name"] == ALIAS and r["kind"] == "chat"][0]
     assert code == 200 and runner["restarts"] == 1 and runner["last_exit"] == "killed by SIGKILL"
+    last = runner["last_log_lines"]
+    assert len(last) == 8 and "processing task" in " ".join(last[-4:]), last  # the killed stream's slot
+    assert f"last log lines: llama-server (killed by SIGKILL): {' | '.join(last)}" in srv.log()
     assert runner["pid"] != pid
     r = srv.oa.completions.create(model=ALIAS, prompt="Hello", max_tokens=4)
     assert r.choices[0].text

@@ -13,7 +13,8 @@ Ollama (``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
 
 ``GET /health``: 200 ``{"status": "ok"}`` while the default model's llama-server serves
 or is unloaded by keep-alive; 503 with ``"restarting"`` / ``"error"`` and the reason
-after a child died. A child dying mid-request gives that request a 502 (or, once a
+after a child died; each runner's ``last_log_lines`` are the last lines of its child that
+died last. A child dying mid-request gives that request a 502 (or, once a
 stream has started, a final error event), and the runner restarts it.
 """
 from __future__ import annotations

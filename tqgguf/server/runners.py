@@ -318,6 +318,7 @@ class Runner:
         self.last_used = time.monotonic()
         self.restarts: list[float] = []
         self.last_exit: str | None = None
+        self.last_lines: list[str] = []  # the last log lines of the child that died last
         self.load_seconds = 0.0
         self.ready_at = 0.0  # monotonic time the last (re)start became ready
         self.client: aiohttp.ClientSession | None = None  # to the child; see start()
@@ -429,6 +430,7 @@ class Runner:
         if child.stopping or child is not self.child:
             return
         self.last_exit = describe_exit(code)
+        self.last_lines = child.last_lines()
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW_S] + [now]
         await self._close_client()
@@ -469,7 +471,8 @@ class Runner:
         c = self.child
         return {"name": self.model.name, "kind": self.kind, "state": self.state, "pid": c.pid if c else None,
                 "port": c.port if c else None, "n_ctx": self.n_ctx, "active_requests": self.active,
-                "restarts": len(self.restarts), "last_exit": self.last_exit, "error": self.error}
+                "restarts": len(self.restarts), "last_exit": self.last_exit, "last_log_lines": self.last_lines,
+                "error": self.error}
 
 
 class Manager:
