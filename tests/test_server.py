@@ -379,6 +379,42 @@ def test_bad_ollama_requests_get_the_error_shape(srv, route, body, status, needl
     assert set(r.json()) == {"error"} and needle in r.json()["error"]
 
 
+def _raw_post(srv, path: str, headers: dict[str, str], body: bytes = b"", chunks: list[bytes] = ()) -> tuple[int, dict]:
+    """POST over a bare socket (a declared length need not be sent; chunked bodies by hand);
+    (status, JSON body). Times out (socket.timeout) if the server waits for a body that never comes."""
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall((head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body)
+        for c in chunks:
+            s.sendall(f"{len(c):x}\r\n".encode() + c + b"\r\n")
+        if chunks:
+            s.sendall(b"0\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < int(
+                re.search(rb"content-length: (\d+)", data, re.I).group(1)):
+            got = s.recv(65536)
+            assert got, data
+            data += got
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+def test_a_body_over_the_limit_is_refused_with_413_in_the_api_shape_without_reading_it(srv):
+    # declared 64 MiB, sent 14 bytes: the answer comes at once (waiting for the body would time out)
+    status, body = _raw_post(srv, "/v1/chat/completions", {"Content-Length": str(64 << 20)}, b'{"messages": [')
+    assert status == 413 and body["error"]["code"] == 413 and body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"] == ("the request body is 67108864 bytes, more than the limit of 32 MiB "
+                                        "(TQGGUF_MAX_REQUEST_BODY)")
+    status, body = _raw_post(srv, "/api/chat", {"Content-Length": str(64 << 20)}, b'{"messages": [')
+    assert status == 413 and set(body) == {"error"} and "67108864 bytes, more than the limit of 32 MiB" in body["error"]
+    # chunked, no length: refused once the bytes read pass the limit
+    status, body = _raw_post(srv, "/api/generate", {"Transfer-Encoding": "chunked"},
+                             chunks=[b'{"model": "smollm2-135m", "prompt": "'] + [b"x" * (1 << 20)] * 33)
+    assert status == 413 and body == {"error": "the request body is more than the limit of 32 MiB "
+                                               "(TQGGUF_MAX_REQUEST_BODY)"}
+    assert srv.health()[0] == 200
+
+
 def test_deeply_nested_json_and_unknown_routes_are_clean_4xx(srv):
     deep = "[" * 100000 + "]" * 100000
     r = srv.http.post("/api/chat", content=deep, headers={"content-type": "application/json"})

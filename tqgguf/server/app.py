@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import ollama as ol
+from ..config import format_size
 from .child import ChildError
 from .ollama import RequestError
 from .runners import ContextTooLarge, LoadOptionRefused, Manager, ModelFile, ModelNotFound, Runner, Unavailable
@@ -135,6 +136,37 @@ def _sse_data(line: str) -> dict | None:
         return None
 
 
+class _BodyLimit:
+    """ASGI middleware: refuse a request body over ``limit`` bytes with a 413 in the API's
+    error shape, without reading it: at once when Content-Length declares more, else (a
+    chunked body) as soon as the bytes read pass the limit (a RequestError out of
+    ``receive``, which the route's body read raises)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+        self.what = f"the limit of {format_size(limit)} (TQGGUF_MAX_REQUEST_BODY)"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = _error(Request(scope), 413, f"the request body is {int(declared)} bytes, more than {self.what}")
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise RequestError(413, f"the request body is more than {self.what}")
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def create_app(manager: Manager) -> FastAPI:
     """The FastAPI app over ``manager`` (whose default model is already loaded)."""
 
@@ -148,6 +180,7 @@ def create_app(manager: Manager) -> FastAPI:
     app = FastAPI(title="tqgguf serve", version=TQGGUF_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.manager = manager
+    app.add_middleware(_BodyLimit, limit=manager.settings.max_request_body)
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):

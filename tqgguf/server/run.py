@@ -22,7 +22,7 @@ import socket
 import subprocess
 from typing import Callable
 
-from ..config import format_duration
+from ..config import format_duration, format_size
 from .child import gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
@@ -109,6 +109,8 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
                  f"(from {src('max_loaded_models')})")
+    lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}); "
+                 "larger: 413")
     ka = s.keep_alive
     ka_text = ("the model stays loaded" if ka < 0 else
                "the model unloads after each request and reloads on the next" if ka == 0 else
