@@ -303,6 +303,30 @@ def test_num_ctx_reloads_with_the_larger_context_and_says_so(srv):
     assert ei.value.status_code == 400 and "above the maximum context 8192" in ei.value.error
 
 
+def test_num_ctx_smaller_than_the_loaded_context_reloads_with_it_as_ollama_does(srv):
+    """Ollama's scheduler reloads when a request's num_ctx differs from the loaded runner's,
+    smaller included (needsReload compares the options); said as the larger-context reload is."""
+    ps = {m.model: m for m in srv.ol.ps().models}
+    assert ps[f"{ALIAS}:latest"].context_length == 2048  # left by the test above
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "Hi", "stream": False,
+                                             "options": {**GREEDY, "num_predict": 2, "num_ctx": 1024}})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-tqgguf-reloaded"] == "num_ctx 1024" and r.json()["load_duration"] > 0
+    assert {m.model: m for m in srv.ol.ps().models}[f"{ALIAS}:latest"].context_length == 1024
+    assert "reloading smollm2-135m with num_ctx 1024 (was num_ctx 2048)" in srv.log()
+    # it really runs with 1024: a ~1100-token prompt no longer fits
+    words = " ".join(["alpha beta gamma delta"] * 270)
+    with pytest.raises(ollama.ResponseError) as ei:
+        srv.ol.generate(model=ALIAS, prompt=words, options={**GREEDY, "num_predict": 2, "num_ctx": 1024})
+    assert ei.value.status_code == 400 and "context size" in ei.value.error, ei.value.error
+    r = srv.http.post("/api/chat", json={"model": ALIAS, "messages": [{"role": "user", "content": "Hi"}],
+                                         "stream": False, "options": {**GREEDY, "num_predict": 2, "num_ctx": CTX}})
+    assert r.status_code == 200 and r.headers["x-tqgguf-reloaded"] == f"num_ctx {CTX}"  # back to the module's
+    with pytest.raises(ollama.ResponseError) as ei:
+        srv.ol.generate(model=ALIAS, prompt="x", options={"num_ctx": 32})
+    assert ei.value.status_code == 400 and "options.num_ctx 32 must be an integer of at least 64" in ei.value.error
+
+
 def _child_argv(srv) -> list[str]:
     pid = next(r["pid"] for r in srv.health()[1]["runners"] if r["kind"] == "chat" and r["name"] == ALIAS)
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")

@@ -36,6 +36,8 @@ from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_p
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
+#: Smallest context per slot serve runs with (-c, and a request's num_ctx), in tokens.
+MIN_CONTEXT = 64
 
 #: Every environment variable tqgguf reads, declared once with its description
 #: (like Ollama's ``envconfig``). ``tqgguf env`` lists them all.
@@ -546,7 +548,7 @@ class Settings(BaseModel):
         DEFAULT_PORT, description="TCP port to listen on")
     context_length: Annotated[int, Var((("context_length", "-c"),),
                                        ("TQGGUF_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"),
-                                       lambda v: parse_int(v, 64, 1 << 24))] = Field(
+                                       lambda v: parse_int(v, MIN_CONTEXT, 1 << 24))] = Field(
         4096, description="context length in tokens, per slot")
     num_parallel: Annotated[int, Var((("num_parallel", "-np"),), ("TQGGUF_NUM_PARALLEL", "OLLAMA_NUM_PARALLEL"),
                                      lambda v: parse_int(v, 1, 256))] = Field(

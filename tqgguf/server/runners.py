@@ -5,8 +5,9 @@ structured output; ``-np`` slots with continuous batching) or ``embed`` (an
 embeddings-only child, started on the first embeddings request). The :class:`Manager`
 resolves request model names, starts runners on demand, keeps at most
 ``max_loaded_models`` models loaded (the least recently used idle one is unloaded for a
-new one), applies keep-alive per request as Ollama does, reloads a model with a larger
-context when a request's ``num_ctx`` needs it, and restarts a child that dies.
+new one), applies keep-alive per request as Ollama does, reloads a model with the context
+a request's ``num_ctx`` asks for when it differs from the loaded one (larger or smaller:
+Ollama's scheduler compares them), and restarts a child that dies.
 
 Ollama's rules followed here (docs/api.md, docs/faq.md of the Ollama repository):
 ``keep_alive`` sent with a request sets how long the model stays loaded after *that*
@@ -81,11 +82,13 @@ class LoadParams:
 #: Ollama's load-time options (``api.Runner`` in Ollama's api/types.go, plus the ones older
 #: Ollama versions had and clients still send) and what ``tqgguf serve`` does with each:
 #: "reload" (a different value reloads the model with it, as Ollama's scheduler does in
-#: ``needsReload``), "grow" (num_ctx: a larger value reloads, up to the maximum; a smaller one
-#: is served by the loaded context), "fixed" (a different value is refused: it cannot change
-#: per request here). Value types: int or bool, as Ollama parses them (``Options.FromMap``).
+#: ``needsReload``: it compares the loaded runner's options with the request's, num_ctx
+#: included, and reloads on any difference), "context" (num_ctx: the same, larger or smaller,
+#: within MIN_CONTEXT and the maximum; handled by ``Manager.runner``), "fixed" (a different
+#: value is refused: it cannot change per request here). An option a request leaves out keeps
+#: what the model runs with. Value types: int or bool, as Ollama parses them (``Options.FromMap``).
 LOAD_OPTIONS: dict[str, tuple[str, type]] = {
-    "num_ctx": ("grow", int), "num_batch": ("reload", int), "num_thread": ("reload", int),
+    "num_ctx": ("context", int), "num_batch": ("reload", int), "num_thread": ("reload", int),
     "num_gpu": ("reload", int), "use_mmap": ("reload", bool), "main_gpu": ("fixed", int),
     "use_mlock": ("fixed", bool), "numa": ("fixed", bool), "low_vram": ("fixed", bool), "f16_kv": ("fixed", bool),
     "logits_all": ("fixed", bool), "vocab_only": ("fixed", bool), "embedding_only": ("fixed", bool),
@@ -578,8 +581,10 @@ class Manager:
 
     async def runner(self, model: ModelFile, kind: str = "chat", num_ctx: int | None = None,
                      load: dict[str, Any] | None = None) -> tuple[Runner, bool]:
-        """The ready runner for ``model``/``kind``, started (or reloaded with a larger
-        context for ``num_ctx``, or with the load-time options ``load`` asks for, see
+        """The ready runner for ``model``/``kind``, started (or reloaded with the context
+        ``num_ctx`` asks for when it differs from the loaded one, larger or smaller, as Ollama's
+        scheduler does; an embeddings child is started with at least the configured context and
+        not reloaded for it; or with the load-time options ``load`` asks for, see
         :meth:`plan_load`) if needed; returns (runner, reloaded for this request), and
         ``runner.reload_reason`` says what the reload changed.
 
@@ -597,7 +602,9 @@ class Manager:
             r = self.runners.get(key)
             if r is None:
                 await self._make_room(model)
-                r = Runner(model, kind, self.config, max(self.settings.context_length, num_ctx or 0), self._port())
+                n_ctx = (num_ctx or self.settings.context_length) if kind == "chat" else \
+                    max(self.settings.context_length, num_ctx or 0)
+                r = Runner(model, kind, self.config, n_ctx, self._port())
                 self.runners[key] = r
                 fresh = True
         reloaded = False
@@ -608,7 +615,9 @@ class Manager:
                 if fresh and self.runners.get(key) is r:
                     del self.runners[key]
                 raise
-            grow = num_ctx is not None and num_ctx > r.n_ctx and kind == "chat"
+            # as Ollama's scheduler (needsReload): any num_ctx that differs from the loaded one
+            # reloads, a smaller one too; an embeddings child keeps its context (inputs are cut to fit)
+            resize = num_ctx is not None and num_ctx != r.n_ctx and kind == "chat"
             if fresh:
                 r.load = params
                 try:
@@ -618,20 +627,20 @@ class Manager:
                         del self.runners[key]
                     await r.stop()
                     raise
-                reloaded = bool(num_ctx and num_ctx > self.settings.context_length) or bool(changes)
-                if num_ctx and num_ctx > self.settings.context_length:
+                if num_ctx and r.n_ctx != self.settings.context_length:
+                    changes.insert(0, f"num_ctx {r.n_ctx}")
+                reloaded = bool(changes)
+            elif (resize or changes) and r.state == "ready":
+                if resize:
                     changes.insert(0, f"num_ctx {num_ctx}")
-            elif (grow or changes) and r.state == "ready":
-                if grow:
-                    changes.insert(0, f"num_ctx {num_ctx}")
-                was = [f"num_ctx {r.n_ctx}"] if grow else []
+                was = [f"num_ctx {r.n_ctx}"] if resize else []
                 log.info("reloading %s with %s (was %s): waiting for %d request(s) to finish", model.name,
                          ", ".join(changes), ", ".join(was + [f"{c.split()[0]} {json.dumps(r.effective(c.split()[0]))}"
                                                              for c in changes if not c.startswith("num_ctx")]),
                          r.active)
                 await r.idle.wait()
                 await r.stop()
-                if grow:
+                if resize:
                     r.n_ctx = num_ctx
                 r.load = params
                 await r.start()
@@ -673,7 +682,7 @@ class Manager:
         s = self.settings
         for k, v in opts.items():
             policy = LOAD_OPTIONS[k][0]
-            if policy == "grow" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
+            if policy == "context" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
                 continue
             have = r.effective(k)
             if (_layers(v, r.model.n_layer()) if k == "num_gpu" else v) == have:
