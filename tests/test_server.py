@@ -182,6 +182,42 @@ def test_openai_streaming_logprobs_and_n(srv):
     assert len(plain.choices) == 2
 
 
+def test_legacy_completions_logprobs_have_openais_shape_streamed_or_not(srv):
+    """/v1/completions with logprobs: tokens, token_logprobs, top_logprobs, text_offset (OpenAI's
+    legacy shape; llama-server answers in the chat shape), the offsets counted from the prompt's end."""
+    prompt = "The capital of France is"
+    kw = dict(model=ALIAS, prompt=prompt, max_tokens=6, logprobs=2, temperature=0, extra_body={"ignore_eos": True})
+    r = srv.oa.completions.create(**kw)
+    lp, text = r.choices[0].logprobs, r.choices[0].text
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
+    assert "".join(lp.tokens) == text
+    assert lp.text_offset == [len(prompt) + len("".join(lp.tokens[:i])) for i in range(6)]
+    for tok, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert 1 <= len(top) <= 2 and logprob <= 0
+        assert top[tok] == pytest.approx(logprob) and logprob == pytest.approx(max(top.values()))  # greedy
+    chunks = [c.choices[0].logprobs for c in srv.oa.completions.create(**kw, stream=True)
+              if c.choices and c.choices[0].logprobs is not None]
+    assert sum((c.tokens for c in chunks), []) == lp.tokens
+    assert sum((c.text_offset for c in chunks), []) == lp.text_offset
+    assert sum((c.token_logprobs for c in chunks), []) == pytest.approx(lp.token_logprobs, abs=1e-3)
+
+
+def test_legacy_logprob_offsets_count_characters_across_a_split_utf8_character():
+    from tqgguf.server.app import LegacyLogprobs
+
+    # "é" (C3 A9) split over two byte tokens, then " x": llama-server's token strings for the
+    # halves are not text; offsets count characters of prompt + completion
+    content = [{"token": "\ufffd", "bytes": [0xC3], "logprob": -1.0, "top_logprobs": []},
+               {"token": "\ufffd", "bytes": [0xA9], "logprob": -0.5, "top_logprobs": []},
+               {"token": " x", "bytes": [32, 120], "logprob": -0.25, "top_logprobs": [{"token": " x", "logprob": -0.25}]}]
+    conv = LegacyLogprobs("café ")
+    first, second = {"index": 0, "logprobs": {"content": content[:1]}}, {"index": 0, "logprobs": {"content": content[1:]}}
+    conv.convert(first)
+    conv.convert(second)  # a later stream chunk: the offsets go on
+    assert first["logprobs"]["text_offset"] + second["logprobs"]["text_offset"] == [5, 5, 6]
+    assert second["logprobs"]["top_logprobs"] == [{}, {" x": -0.25}]
+
+
 def test_openai_embeddings_models_and_unknown_model_404(srv):
     e = srv.oa.embeddings.create(model=ALIAS, input=["the cat sat", "quantum chromodynamics"])
     v0, v1 = (d.embedding for d in e.data)
