@@ -844,7 +844,7 @@ def test_ollama_options_map_to_llama_server_fields_and_check_load_option_types()
     assert load == {"num_ctx": 4096, "num_gpu": 99, "use_mmap": False}  # a whole float is an integer; null: skipped
     assert "num_gpu" not in fields and "num_ctx" not in fields
     for bad, needle in [({"temprature": 1}, "unknown option"), ({"top_k": "40"}, "must be a number"),
-                        ({"num_ctx": 0}, "positive integer"), ({"num_batch": 1.5}, "options.num_batch 1.5 must be"),
+                        ({"num_ctx": 0}, "at least 64 \\(tokens per slot\\)"), ({"num_batch": 1.5}, "options.num_batch 1.5 must be"),
                         ({"use_mmap": 1}, "options.use_mmap 1 must be true or false"),
                         ({"num_gpu": -2}, "at least -1")]:
         with pytest.raises(RequestError, match=needle):
