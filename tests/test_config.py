@@ -128,6 +128,14 @@ def test_format_duration_round_trips_the_common_forms():
         ["5m", "1h", "1h30m", "30s", "0s", "forever", "0.5s"]
 
 
+@pytest.mark.parametrize("text,size", [("33554432", 32 << 20), ("32MiB", 32 << 20), ("32m", 32 << 20),
+                                       ("64MB", 64_000_000), ("1.5 GiB", 3 << 29), ("512kib", 512 << 10)])
+def test_request_body_limit_sizes(text, size):
+    s = resolve_settings({}, {"TQGGUF_MAX_REQUEST_BODY": text})
+    assert s.max_request_body == size and str(s.source("max_request_body")) == "env TQGGUF_MAX_REQUEST_BODY"
+    assert resolve_settings({}, {}).display("max_request_body") == "32 MiB"
+
+
 @pytest.mark.parametrize("var,value,allowed", [
     ("TQGGUF_KV_CACHE_TYPE", "q9", "turbo4"),
     ("OLLAMA_KV_CACHE_TYPE", "fp8", "q8_0"),
@@ -143,6 +151,8 @@ def test_format_duration_round_trips_the_common_forms():
     ("TQGGUF_HOST", "host:99999", "65535"),
     ("OLLAMA_HOST", "ftp://host", "http(s)://"),
     ("TQGGUF_HOST", "8080", ":8080"),
+    ("TQGGUF_MAX_REQUEST_BODY", "32 megs", "32MiB"),
+    ("TQGGUF_MAX_REQUEST_BODY", "100", "1 KiB to"),
 ])
 def test_bad_value_error_names_variable_value_and_what_is_allowed(var, value, allowed):
     with pytest.raises(SettingsError) as ei:

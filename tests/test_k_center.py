@@ -237,6 +237,20 @@ def test_calib_file_round_trip_and_wrong_model(smol, qwen, wiki, tmp_path, monke
         open_model(qwen, ctk="q4_0", ctv="q4_0", n_ctx=128, k_center="calib")
 
 
+def test_a_reused_calib_file_is_named_with_what_it_was_computed_from(smol, tmp_path):
+    """Reusing a cached calibration file says which file and what it holds, as computing one
+    does (the vectors here are written directly: the point is the file's metadata)."""
+    from tqgguf.kcenter import Calibration, engine_value, write_calib_file
+
+    path = tmp_path / "smol.k_center.gguf"
+    cal = Calibration(means={0: np.ones(192, np.float32)}, tokens=1536, text_label="WikiText-2 test", n_ctx=256)
+    write_calib_file(path, smol, cal)
+    lines: list[str] = []
+    assert engine_value(KCenter("calib", path=path), smol, log=lines.append) == f"file:{path}"
+    assert lines == [f"k-center calib: reusing {path}: per-layer mean keys of {smol.name} over 1536 tokens of "
+                     "WikiText-2 test (n_ctx 256)"]
+
+
 # ----------------------------------------------------------------------------- K-shift
 
 def _decode(llama_cpp, ctx, toks, pos0, want_logits):

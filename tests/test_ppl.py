@@ -103,7 +103,7 @@ def test_a_context_past_the_training_context_is_warned_about(smollm2):
         e = open_model(smollm2, n_ctx=n_ctx, n_threads=2)
         try:
             assert (e.report.n_ctx, e.report.n_ctx_train) == (n_ctx, train)
-            w = training_context_warning(e.report)
+            w = training_context_warning(e.report.n_ctx, e.report.n_ctx_train)
             assert (w is not None) == over
             if over:
                 assert f"n_ctx {n_ctx} is beyond the model's training context ({train})" in w

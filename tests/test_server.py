@@ -182,6 +182,42 @@ def test_openai_streaming_logprobs_and_n(srv):
     assert len(plain.choices) == 2
 
 
+def test_legacy_completions_logprobs_have_openais_shape_streamed_or_not(srv):
+    """/v1/completions with logprobs: tokens, token_logprobs, top_logprobs, text_offset (OpenAI's
+    legacy shape; llama-server answers in the chat shape), the offsets counted from the prompt's end."""
+    prompt = "The capital of France is"
+    kw = dict(model=ALIAS, prompt=prompt, max_tokens=6, logprobs=2, temperature=0, extra_body={"ignore_eos": True})
+    r = srv.oa.completions.create(**kw)
+    lp, text = r.choices[0].logprobs, r.choices[0].text
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
+    assert "".join(lp.tokens) == text
+    assert lp.text_offset == [len(prompt) + len("".join(lp.tokens[:i])) for i in range(6)]
+    for tok, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert 1 <= len(top) <= 2 and logprob <= 0
+        assert top[tok] == pytest.approx(logprob) and logprob == pytest.approx(max(top.values()))  # greedy
+    chunks = [c.choices[0].logprobs for c in srv.oa.completions.create(**kw, stream=True)
+              if c.choices and c.choices[0].logprobs is not None]
+    assert sum((c.tokens for c in chunks), []) == lp.tokens
+    assert sum((c.text_offset for c in chunks), []) == lp.text_offset
+    assert sum((c.token_logprobs for c in chunks), []) == pytest.approx(lp.token_logprobs, abs=1e-3)
+
+
+def test_legacy_logprob_offsets_count_characters_across_a_split_utf8_character():
+    from tqgguf.server.app import LegacyLogprobs
+
+    # "é" (C3 A9) split over two byte tokens, then " x": llama-server's token strings for the
+    # halves are not text; offsets count characters of prompt + completion
+    content = [{"token": "\ufffd", "bytes": [0xC3], "logprob": -1.0, "top_logprobs": []},
+               {"token": "\ufffd", "bytes": [0xA9], "logprob": -0.5, "top_logprobs": []},
+               {"token": " x", "bytes": [32, 120], "logprob": -0.25, "top_logprobs": [{"token": " x", "logprob": -0.25}]}]
+    conv = LegacyLogprobs("café ")
+    first, second = {"index": 0, "logprobs": {"content": content[:1]}}, {"index": 0, "logprobs": {"content": content[1:]}}
+    conv.convert(first)
+    conv.convert(second)  # a later stream chunk: the offsets go on
+    assert first["logprobs"]["text_offset"] + second["logprobs"]["text_offset"] == [5, 5, 6]
+    assert second["logprobs"]["top_logprobs"] == [{}, {" x": -0.25}]
+
+
 def test_openai_embeddings_models_and_unknown_model_404(srv):
     e = srv.oa.embeddings.create(model=ALIAS, input=["the cat sat", "quantum chromodynamics"])
     v0, v1 = (d.embedding for d in e.data)
@@ -303,6 +339,30 @@ def test_num_ctx_reloads_with_the_larger_context_and_says_so(srv):
     assert ei.value.status_code == 400 and "above the maximum context 8192" in ei.value.error
 
 
+def test_num_ctx_smaller_than_the_loaded_context_reloads_with_it_as_ollama_does(srv):
+    """Ollama's scheduler reloads when a request's num_ctx differs from the loaded runner's,
+    smaller included (needsReload compares the options); said as the larger-context reload is."""
+    ps = {m.model: m for m in srv.ol.ps().models}
+    assert ps[f"{ALIAS}:latest"].context_length == 2048  # left by the test above
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "Hi", "stream": False,
+                                             "options": {**GREEDY, "num_predict": 2, "num_ctx": 1024}})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-tqgguf-reloaded"] == "num_ctx 1024" and r.json()["load_duration"] > 0
+    assert {m.model: m for m in srv.ol.ps().models}[f"{ALIAS}:latest"].context_length == 1024
+    assert "reloading smollm2-135m with num_ctx 1024 (was num_ctx 2048)" in srv.log()
+    # it really runs with 1024: a ~1100-token prompt no longer fits
+    words = " ".join(["alpha beta gamma delta"] * 270)
+    with pytest.raises(ollama.ResponseError) as ei:
+        srv.ol.generate(model=ALIAS, prompt=words, options={**GREEDY, "num_predict": 2, "num_ctx": 1024})
+    assert ei.value.status_code == 400 and "context size" in ei.value.error, ei.value.error
+    r = srv.http.post("/api/chat", json={"model": ALIAS, "messages": [{"role": "user", "content": "Hi"}],
+                                         "stream": False, "options": {**GREEDY, "num_predict": 2, "num_ctx": CTX}})
+    assert r.status_code == 200 and r.headers["x-tqgguf-reloaded"] == f"num_ctx {CTX}"  # back to the module's
+    with pytest.raises(ollama.ResponseError) as ei:
+        srv.ol.generate(model=ALIAS, prompt="x", options={"num_ctx": 32})
+    assert ei.value.status_code == 400 and "options.num_ctx 32 must be an integer of at least 64" in ei.value.error
+
+
 def _child_argv(srv) -> list[str]:
     pid = next(r["pid"] for r in srv.health()[1]["runners"] if r["kind"] == "chat" and r["name"] == ALIAS)
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
@@ -377,6 +437,42 @@ def test_bad_ollama_requests_get_the_error_shape(srv, route, body, status, needl
     r = srv.http.post(route, json=body)
     assert r.status_code == status, r.text
     assert set(r.json()) == {"error"} and needle in r.json()["error"]
+
+
+def _raw_post(srv, path: str, headers: dict[str, str], body: bytes = b"", chunks: list[bytes] = ()) -> tuple[int, dict]:
+    """POST over a bare socket (a declared length need not be sent; chunked bodies by hand);
+    (status, JSON body). Times out (socket.timeout) if the server waits for a body that never comes."""
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall((head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body)
+        for c in chunks:
+            s.sendall(f"{len(c):x}\r\n".encode() + c + b"\r\n")
+        if chunks:
+            s.sendall(b"0\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < int(
+                re.search(rb"content-length: (\d+)", data, re.I).group(1)):
+            got = s.recv(65536)
+            assert got, data
+            data += got
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+def test_a_body_over_the_limit_is_refused_with_413_in_the_api_shape_without_reading_it(srv):
+    # declared 64 MiB, sent 14 bytes: the answer comes at once (waiting for the body would time out)
+    status, body = _raw_post(srv, "/v1/chat/completions", {"Content-Length": str(64 << 20)}, b'{"messages": [')
+    assert status == 413 and body["error"]["code"] == 413 and body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"] == ("the request body is 67108864 bytes, more than the limit of 32 MiB "
+                                        "(TQGGUF_MAX_REQUEST_BODY)")
+    status, body = _raw_post(srv, "/api/chat", {"Content-Length": str(64 << 20)}, b'{"messages": [')
+    assert status == 413 and set(body) == {"error"} and "67108864 bytes, more than the limit of 32 MiB" in body["error"]
+    # chunked, no length: refused once the bytes read pass the limit
+    status, body = _raw_post(srv, "/api/generate", {"Transfer-Encoding": "chunked"},
+                             chunks=[b'{"model": "smollm2-135m", "prompt": "'] + [b"x" * (1 << 20)] * 33)
+    assert status == 413 and body == {"error": "the request body is more than the limit of 32 MiB "
+                                               "(TQGGUF_MAX_REQUEST_BODY)"}
+    assert srv.health()[0] == 200
 
 
 def test_deeply_nested_json_and_unknown_routes_are_clean_4xx(srv):
@@ -514,6 +610,11 @@ def test_think_splitter_streams_what_the_whole_text_splits_into():
 
 
 def test_killing_the_child_mid_request_errors_the_client_and_restarts(srv):
+    # an earlier refused request leaves a warning with "error" in the child's log; the lines
+    # reported after the crash must still be the dying child's last ones, not that one
+    with pytest.raises(openai.BadRequestError):
+        srv.oa.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "hi"}], response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"properties": {"a": {"$ref": "#/nope"}}}}})
     _, h = srv.health()
     pid = [r for r in h["runners"] if r["name"] == ALIAS and r["kind"] == "chat"][0]["pid"]
     errors: list[BaseException] = []
@@ -547,19 +648,71 @@ def test_killing_the_child_mid_request_errors_the_client_and_restarts(srv):
     assert any("died (killed by SIGKILL); restarting" in e for _, _, e in seen)
     runner = [r for r in h["runners"] if r["name"] == ALIAS and r["kind"] == "chat"][0]
     assert code == 200 and runner["restarts"] == 1 and runner["last_exit"] == "killed by SIGKILL"
+    last = runner["last_log_lines"]
+    assert len(last) == 8 and "processing task" in " ".join(last[-4:]), last  # the killed stream's slot
+    assert f"last log lines: llama-server (killed by SIGKILL): {' | '.join(last)}" in srv.log()
     assert runner["pid"] != pid
     r = srv.oa.completions.create(model=ALIAS, prompt="Hello", max_tokens=4)
     assert r.choices[0].text
 
 
-def test_sigterm_stops_serve_and_its_children_and_a_context_past_training_is_warned(model_path, tmp_path):
-    s = Server(ALIAS, tmp_path, "-c", "8448")  # SmolLM2-135M was trained with 8192
-    assert "runs with 8448 tokens per slot, more than the 8192 it was trained for" in s.log()
+def test_sigterm_drains_requests_ends_streams_with_an_error_and_stops_the_child(model_path, wikitext, tmp_path):
+    """SIGTERM while clients stream: a short request finishes in the grace period, the streams
+    still running after it end with the API's error (OpenAI: an SSE error event the openai
+    client raises; Ollama: an {"error"} line the ollama client raises), no traceback, the
+    child stopped, the signal re-raised (exit by SIGTERM, uvicorn's convention). Also: a
+    context past the model's training context is warned with the runtime's wording."""
+    s = Server(ALIAS, tmp_path, "-c", "8448", "-np", "3")  # SmolLM2-135M was trained with 8192
+    assert "smollm2-135m: warning: n_ctx 8448 is beyond the model's training context (8192)" in s.log()
     kids = _children(s.proc.pid)
     assert len(kids) == 1
+    got: dict[str, list[float]] = {"openai": [], "ollama": []}
+    errors: dict[str, BaseException] = {}
+    short: list = []
+
+    def openai_stream():
+        try:
+            for _ in s.oa.completions.create(model=ALIAS, prompt="Once upon a time", max_tokens=4000, stream=True,
+                                             extra_body={"ignore_eos": True}):
+                got["openai"].append(time.monotonic())
+        except Exception as e:  # noqa: BLE001 - the assertion below says which
+            errors["openai"] = e
+
+    def ollama_stream():  # greedy continuation of WikiText: no end of text within the grace period
+        try:
+            for _ in s.ol.generate(model=ALIAS, prompt=wikitext.content[:2000], raw=True, stream=True,
+                                   options={**GREEDY, "num_predict": 4000}):
+                got["ollama"].append(time.monotonic())
+        except Exception as e:  # noqa: BLE001
+            errors["ollama"] = e
+
+    threads = [threading.Thread(target=openai_stream), threading.Thread(target=ollama_stream)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while not (got["openai"] and got["ollama"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    quick = threading.Thread(target=lambda: short.append(s.oa.completions.create(
+        model=ALIAS, prompt="Hello", max_tokens=8, extra_body={"ignore_eos": True})))
+    quick.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after shutting down
+    for t in (*threads, quick):
+        t.join(60)
+    rc = s.proc.wait(timeout=30)
+    log = s.log()
     s.stop()
+    assert short and short[0].usage.completion_tokens == 8  # finished within the grace period
+    for api, err_type in (("openai", openai.APIError), ("ollama", ollama.ResponseError)):
+        assert isinstance(errors.get(api), err_type), (api, errors.get(api), log[-3000:])
+        assert "tqgguf serve is shutting down (SIGTERM)" in str(errors[api]) and "grace period" in str(errors[api])
+        assert any(t > t0 + 1 for t in got[api]), f"{api}: the stream did not go on in the grace period"
+        assert max(got[api]) < t0 + 9
+    assert "Traceback" not in log and "Cancel" not in log, log[-3000:]
+    assert re.search(r"shutting down \(SIGTERM\): new requests get 503; [23] running request\(s\) have 5 s", log)
+    assert "cutting 2 request(s) still running 5 s after SIGTERM" in log
+    assert rc == -signal.SIGTERM  # uvicorn re-raises the signal after the graceful shutdown
     assert not Path(f"/proc/{kids[0]}").exists() or "Z" in Path(f"/proc/{kids[0]}/stat").read_text().split()[2]
 
 
@@ -691,7 +844,7 @@ def test_ollama_options_map_to_llama_server_fields_and_check_load_option_types()
     assert load == {"num_ctx": 4096, "num_gpu": 99, "use_mmap": False}  # a whole float is an integer; null: skipped
     assert "num_gpu" not in fields and "num_ctx" not in fields
     for bad, needle in [({"temprature": 1}, "unknown option"), ({"top_k": "40"}, "must be a number"),
-                        ({"num_ctx": 0}, "positive integer"), ({"num_batch": 1.5}, "options.num_batch 1.5 must be"),
+                        ({"num_ctx": 0}, "at least 64 \\(tokens per slot\\)"), ({"num_batch": 1.5}, "options.num_batch 1.5 must be"),
                         ({"use_mmap": 1}, "options.use_mmap 1 must be true or false"),
                         ({"num_gpu": -2}, "at least -1")]:
         with pytest.raises(RequestError, match=needle):

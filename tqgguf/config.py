@@ -36,6 +36,8 @@ from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_p
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
+#: Smallest context per slot serve runs with (-c, and a request's num_ctx), in tokens.
+MIN_CONTEXT = 64
 
 #: Every environment variable tqgguf reads, declared once with its description
 #: (like Ollama's ``envconfig``). ``tqgguf env`` lists them all.
@@ -61,6 +63,7 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_MAX_CONTEXT_LENGTH": "largest per-slot context a request's num_ctx may ask for (0 = the model's "
                                  "training context)",
     "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS)",
+    "TQGGUF_MAX_REQUEST_BODY": "largest request body tqgguf serve accepts (32MiB, 64MB, bytes); larger: 413",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
     "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
     "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",
@@ -201,6 +204,34 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"{secs:.0f} s is longer than {MAX_DURATION_S // (365 * 86400)} years; "
                          f"use -1 to keep the model loaded forever. Allowed: {DURATION_ALLOWED}")
     return -1.0 if secs < 0 else secs
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1 << 10, "mib": 1 << 20,
+               "gib": 1 << 30, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+SIZE_ALLOWED = "a size in bytes (33554432) or with a unit: 32MiB, 64MB, 512KiB, 1GiB (k/m/g alone = KiB/MiB/GiB)"
+
+
+def parse_size(value: Any, lo: int = 1 << 10, hi: int = 1 << 40) -> int:
+    """Parse a size to bytes: a plain integer, or a number with a unit (``KB``/``MB``/``GB``
+    decimal, ``KiB``/``MiB``/``GiB`` and ``k``/``m``/``g`` binary; case-insensitive), in
+    [lo, hi]. Raises ValueError naming what is allowed."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size; allowed: {SIZE_ALLOWED}")
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"not a size; allowed: {SIZE_ALLOWED}")
+    n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if not lo <= n <= hi:
+        raise ValueError(f"out of range; allowed: {format_size(lo)} to {format_size(hi)}")
+    return n
+
+
+def format_size(n: int) -> str:
+    """Bytes as the largest binary unit that divides them (``32 MiB``), else bytes."""
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
 
 
 def format_duration(seconds: float) -> str:
@@ -517,7 +548,7 @@ class Settings(BaseModel):
         DEFAULT_PORT, description="TCP port to listen on")
     context_length: Annotated[int, Var((("context_length", "-c"),),
                                        ("TQGGUF_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"),
-                                       lambda v: parse_int(v, 64, 1 << 24))] = Field(
+                                       lambda v: parse_int(v, MIN_CONTEXT, 1 << 24))] = Field(
         4096, description="context length in tokens, per slot")
     num_parallel: Annotated[int, Var((("num_parallel", "-np"),), ("TQGGUF_NUM_PARALLEL", "OLLAMA_NUM_PARALLEL"),
                                      lambda v: parse_int(v, 1, 256))] = Field(
@@ -542,6 +573,11 @@ class Settings(BaseModel):
     max_loaded_models: Annotated[int, Var((), ("TQGGUF_MAX_LOADED_MODELS", "OLLAMA_MAX_LOADED_MODELS"),
                                           lambda v: parse_int(v, 1, 64))] = Field(
         3, description="models serve keeps loaded at once; the least recently used idle one unloads for another")
+    # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
+    # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
+    # embedding batches (no images are served) while bounding what one request may hold in memory
+    max_request_body: Annotated[int, Var((), ("TQGGUF_MAX_REQUEST_BODY",), parse_size)] = Field(
+        32 << 20, description="largest request body serve accepts, in bytes (larger: 413, read no further)")
 
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
 
@@ -584,6 +620,8 @@ class Settings(BaseModel):
             return "-"
         if name == "keep_alive":
             return format_duration(v)
+        if name == "max_request_body":
+            return format_size(v)
         if isinstance(v, bool):
             return "on" if v else "off"
         return str(v)

@@ -101,7 +101,8 @@ def engine_value(kc: KCenter | str | None, model_path: str | os.PathLike, *,
     """The ``LLAMA_K_CENTER`` value for the engine: "off", "bias[:N]" or "file:PATH".
 
     For calib, the vectors are computed (and written) first when the file does not exist;
-    an existing file is checked against the model. Raises KCenterError.
+    an existing file is checked against the model and reused. Either way ``log`` (default:
+    stderr) gets one line naming the file and what it was computed from. Raises KCenterError.
     """
     kc = parse_k_center(kc)
     if kc.mode == "auto":
@@ -114,7 +115,9 @@ def engine_value(kc: KCenter | str | None, model_path: str | os.PathLike, *,
     if path.is_dir():
         raise KCenterError(f"calibration file {path} is a directory; give a file path: calib:FILE")
     if path.exists():
-        check_calib_file(path, model_path)
+        meta = check_calib_file(path, model_path)
+        (log or _stderr)(f"k-center calib: reusing {path}: per-layer mean keys of {meta.get('model')} over "
+                         f"{meta.get('tokens')} tokens of {meta.get('text')} (n_ctx {meta.get('n_ctx')})")
     else:
         if not _writable_dir(path.parent):
             raise KCenterError(f"cannot write the calibration file {path}: its directory does not exist or is "

@@ -106,13 +106,15 @@ def parse_kv_report(log: str) -> KVReport:
     return r
 
 
-def training_context_warning(report: KVReport) -> str | None:
-    """The warning for a context longer than the model was trained on (llama.cpp logs it as
-    "possible training context overflow"), or None."""
-    if report.n_ctx_train and report.n_ctx > report.n_ctx_train:
-        return (f"warning: n_ctx {report.n_ctx} is beyond the model's training context ({report.n_ctx_train}); "
-                f"positions past {report.n_ctx_train} were never trained, so quality there measures the "
-                f"model's extrapolation as much as the KV cache")
+def training_context_warning(n_ctx: int, n_ctx_train: int) -> str | None:
+    """The warning for a context of ``n_ctx`` tokens (per sequence / per slot) longer than the
+    ``n_ctx_train`` tokens the model was trained on (llama.cpp logs it as "possible training
+    context overflow", src/llama-context.cpp), or None (also when ``n_ctx_train`` is 0:
+    unknown). The one wording for ppl, sweep and serve."""
+    if n_ctx_train and n_ctx > n_ctx_train:
+        return (f"warning: n_ctx {n_ctx} is beyond the model's training context ({n_ctx_train}); "
+                f"positions past {n_ctx_train} were never trained, so answers and measured quality there "
+                f"depend on the model's extrapolation as much as on the KV cache")
     return None
 
 

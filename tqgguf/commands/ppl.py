@@ -67,7 +67,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     err(f"model: {path.name}   text: {text.label}", err=True)
     err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
         f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
-    if warning := training_context_warning(r):
+    if warning := training_context_warning(r.n_ctx, r.n_ctx_train):
         err(warning, err=True)
     if engine.kv_plan:
         others = f", others {ctk}/{ctv}" if engine.kv_plan.keeps_defaults() else ""  # a full plan leaves none

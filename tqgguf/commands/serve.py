@@ -65,9 +65,9 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise SystemExit(2) from None
     if 0 < settings.max_context < settings.context_length:
         click.echo(f"error: max_context {settings.max_context} ({settings.source('max_context')}) is below the context "
-                   f"every slot is served with, {settings.context_length} ({settings.source('context_length')}): a "
-                   f"request's num_ctx can only grow it; give at least {settings.context_length}, or 0 for the "
-                   f"model's training context", err=True)
+                   f"every slot is served with, {settings.context_length} ({settings.source('context_length')}), so "
+                   f"the model could not be loaded with its own context; give at least {settings.context_length}, "
+                   f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
     from ..server.run import PortError, bind_socket

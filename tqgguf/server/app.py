@@ -6,6 +6,8 @@ OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
 unchanged and its answer (streamed or not, errors included) comes back unchanged, so
 tools, ``response_format``/json_schema, logprobs and ``n`` behave as llama-server has
 them. The ``model`` field picks the model (absent: the one ``serve`` was started with).
+One rewrite: ``/v1/completions`` logprobs, which llama-server gives in the chat shape, come
+back in OpenAI's legacy completions shape (:class:`LegacyLogprobs`).
 
 Ollama (``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
 ``/api/show``, ``/api/tags``, ``/api/ps``, ``/api/version``; ``HEAD /``, ``/api/tags``,
@@ -13,7 +15,8 @@ Ollama (``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
 
 ``GET /health``: 200 ``{"status": "ok"}`` while the default model's llama-server serves
 or is unloaded by keep-alive; 503 with ``"restarting"`` / ``"error"`` and the reason
-after a child died. A child dying mid-request gives that request a 502 (or, once a
+after a child died; each runner's ``last_log_lines`` are the last lines of its child that
+died last. A child dying mid-request gives that request a 502 (or, once a
 stream has started, a final error event), and the runner restarts it.
 """
 from __future__ import annotations
@@ -31,6 +34,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import ollama as ol
+from ..config import format_size
 from .child import ChildError
 from .ollama import RequestError
 from .runners import ContextTooLarge, LoadOptionRefused, Manager, ModelFile, ModelNotFound, Runner, Unavailable
@@ -81,6 +85,8 @@ def _upstream_message(data: bytes) -> str:
 
 
 def _gone_message(r: Runner) -> str:
+    if r.cut_reason:
+        return r.cut_reason
     code = r.child.returncode() if r.child else None
     from .child import describe_exit
 
@@ -132,6 +138,108 @@ def _sse_data(line: str) -> dict | None:
         return None
 
 
+class LegacyLogprobs:
+    """llama-server's ``/v1/completions`` logprobs (the chat shape: ``{"content": [{"token",
+    "logprob", "bytes", "top_logprobs": [...]}, ...]}``) in the shape OpenAI documents for
+    legacy completions: ``{"tokens": [str], "token_logprobs": [float], "top_logprobs":
+    [{token: logprob}], "text_offset": [int]}``, so ``choice.logprobs.token_logprobs`` works in
+    the openai client. One object per request; streamed chunks are converted one by one,
+    the offsets running on per choice.
+
+    ``text_offset``: the character offset of each token in prompt + completion, as OpenAI's
+    legacy API and llama-cpp-python count it (the first completion token of a string prompt
+    sits at ``len(prompt)``; for a prompt given as token ids, the completion starts at 0).
+    A token that ends inside a UTF-8 character advances the offset only when the character
+    is complete.
+    """
+
+    def __init__(self, prompt: Any):
+        self.prompt = prompt
+        self.state: dict[int, tuple[int, Any]] = {}
+
+    def _base(self, index: int) -> int:
+        p = self.prompt
+        if isinstance(p, str):
+            return len(p)
+        if isinstance(p, list) and p and all(isinstance(x, str) for x in p):
+            return len(p[index]) if index < len(p) else 0
+        return 0
+
+    def convert(self, choice: dict) -> None:
+        """Rewrite ``choice["logprobs"]`` in place (left alone when it is not llama-server's shape)."""
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict) or not isinstance(lp.get("content"), list):
+            return
+        import codecs
+
+        index = choice.get("index", 0)
+        offset, decoder = self.state.get(index) or (self._base(index), codecs.getincrementaldecoder("utf-8")("ignore"))
+        out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for t in lp["content"]:
+            out["tokens"].append(t.get("token", ""))
+            out["token_logprobs"].append(t.get("logprob"))
+            out["top_logprobs"].append({x.get("token", ""): x.get("logprob") for x in t.get("top_logprobs") or []})
+            out["text_offset"].append(offset)
+            raw = t.get("bytes")
+            offset += len(decoder.decode(bytes(raw) if isinstance(raw, list) else t.get("token", "").encode()))
+        self.state[index] = (offset, decoder)
+        choice["logprobs"] = out
+
+    def body(self, data: bytes) -> bytes:
+        """A whole (non-streamed) answer converted; unchanged when it is not JSON with choices."""
+        try:
+            j = json.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(j, dict) or not isinstance(j.get("choices"), list):
+            return data
+        for ch in j["choices"]:
+            if isinstance(ch, dict):
+                self.convert(ch)
+        return json.dumps(j).encode()
+
+    def sse_line(self, line: bytes) -> bytes:
+        """One SSE line converted (``data: {...}`` with choices); any other line unchanged."""
+        if not line.startswith(b"data:"):
+            return line
+        payload = line[5:].strip()
+        if not payload.startswith(b"{"):
+            return line
+        converted = self.body(payload)
+        return line if converted is payload else b"data: " + converted + b"\n"
+
+
+class _BodyLimit:
+    """ASGI middleware: refuse a request body over ``limit`` bytes with a 413 in the API's
+    error shape, without reading it: at once when Content-Length declares more, else (a
+    chunked body) as soon as the bytes read pass the limit (a RequestError out of
+    ``receive``, which the route's body read raises)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+        self.what = f"the limit of {format_size(limit)} (TQGGUF_MAX_REQUEST_BODY)"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = _error(Request(scope), 413, f"the request body is {int(declared)} bytes, more than {self.what}")
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise RequestError(413, f"the request body is more than {self.what}")
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def create_app(manager: Manager) -> FastAPI:
     """The FastAPI app over ``manager`` (whose default model is already loaded)."""
 
@@ -145,6 +253,7 @@ def create_app(manager: Manager) -> FastAPI:
     app = FastAPI(title="tqgguf serve", version=TQGGUF_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.manager = manager
+    app.add_middleware(_BodyLimit, limit=manager.settings.max_request_body)
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):
@@ -172,7 +281,7 @@ def create_app(manager: Manager) -> FastAPI:
 
     @app.exception_handler(ChildGone)
     async def _gone(request: Request, exc: ChildGone):
-        return _error(request, 502, str(exc))
+        return _error(request, 503 if manager.shutting_down else 502, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
@@ -228,6 +337,7 @@ def create_app(manager: Manager) -> FastAPI:
                 data = b""
             resp.close()
             raise RequestError(resp.status, _upstream_message(data))
+        r.streams.add(resp)  # cut at shutdown (Manager.begin_shutdown); the stream's done() removes it
         return resp
 
     # -- OpenAI: passed through ----------------------------------------------------------------
@@ -238,6 +348,9 @@ def create_app(manager: Manager) -> FastAPI:
         if not isinstance(body, dict):
             raise RequestError(400, "the request body must be a JSON object")
         name = body.get("model") if isinstance(body.get("model"), str) else None
+        # legacy completions with logprobs: llama-server answers in the chat shape; convert it
+        legacy = (LegacyLogprobs(body.get("prompt")) if path == "/v1/completions" and body.get("logprobs") not in
+                  (None, False) else None)
         stack = contextlib.AsyncExitStack()
         r, _ = await stack.enter_async_context(manager.use(name, kind))
         try:
@@ -250,15 +363,21 @@ def create_app(manager: Manager) -> FastAPI:
                 stream_stack = stack.pop_all()  # the stream now holds the model; it releases it when it ends
 
                 async def done() -> None:
+                    r.streams.discard(resp)
                     resp.close()
                     await stream_stack.aclose()
 
                 async def relay() -> AsyncIterator[bytes]:
                     try:
-                        async for chunk in resp.content.iter_any():
-                            yield chunk
+                        if legacy is None:
+                            async for chunk in resp.content.iter_any():
+                                yield chunk
+                        else:
+                            async for line in resp.content:
+                                yield legacy.sse_line(line)
                     except aiohttp.ClientError:
-                        err = {"error": {"message": _gone_message(r), "type": "server_error", "code": 502}}
+                        err = {"error": {"message": _gone_message(r), "type": "server_error",
+                                         "code": 503 if r.cut_reason else 502}}
                         yield f"data: {json.dumps(err)}\n\n".encode()
                     finally:
                         await done()
@@ -269,7 +388,10 @@ def create_app(manager: Manager) -> FastAPI:
                 raise ChildGone(_gone_message(r))
             try:
                 async with r.client.post(path, data=raw, headers={"content-type": "application/json"}) as resp:
-                    return Response(await resp.read(), status_code=resp.status,
+                    data = await resp.read()
+                    if legacy is not None and resp.status == 200:
+                        data = legacy.body(data)
+                    return Response(data, status_code=resp.status,
                                     media_type=resp.headers.get("content-type", "application/json"))
             except aiohttp.ClientError:
                 raise ChildGone(_gone_message(r)) from None
@@ -487,6 +609,7 @@ def create_app(manager: Manager) -> FastAPI:
             raise
 
         async def done() -> None:
+            r.streams.discard(resp)
             resp.close()
             await stack.aclose()
 
@@ -623,6 +746,7 @@ def create_app(manager: Manager) -> FastAPI:
             raise
 
         async def done() -> None:
+            r.streams.discard(resp)
             resp.close()
             await stack.aclose()
 

@@ -225,13 +225,18 @@ class Child:
             except Exception:  # noqa: BLE001 - a logging problem must not stop the reader
                 pass
 
+    def last_lines(self, n: int = 8) -> list[str]:
+        """This child's own last ``n`` log lines, oldest first (all that the reader has
+        seen; after :meth:`wait_exit` that is everything the process wrote)."""
+        return list(self.tail)[-n:]
+
     def failure(self) -> str:
-        """Why the child is not serving: its exit and the error lines of its log."""
-        code = self.returncode()
-        lines = list(self.tail)
-        errors = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "failed" in ln.lower()]
-        shown = (errors or lines)[-8:]
-        return f"llama-server ({describe_exit(code)}): " + (" | ".join(shown) if shown else "no output")
+        """Why the child is not serving: its exit and its last log lines. The last lines and
+        nothing else: llama-server ends a refused load with its reasons ("failed to load
+        model", "exiting due to model loading error"), and a line picked by its level or
+        wording from further back would be one from before the failure."""
+        shown = self.last_lines()
+        return f"llama-server ({describe_exit(self.returncode())}): " + (" | ".join(shown) if shown else "no output")
 
     async def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> float:
         """Poll ``/health`` until it answers 200; returns the seconds since start.

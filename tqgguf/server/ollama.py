@@ -15,7 +15,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from ..config import parse_duration
+from ..config import MIN_CONTEXT, parse_duration
 from .runners import LOAD_OPTIONS
 
 #: The Ollama API level these routes follow (logprobs on /api/chat and /api/generate came in 0.12.11).
@@ -107,7 +107,7 @@ def options(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 #: Smallest value of each integer load-time option (num_gpu -1: the server's choice; num_thread 0: the same).
-_LOAD_MIN = {"num_ctx": 1, "num_batch": 1, "num_thread": 0, "num_gpu": -1, "main_gpu": 0, "num_gqa": 1}
+_LOAD_MIN = {"num_ctx": MIN_CONTEXT, "num_batch": 1, "num_thread": 0, "num_gpu": -1, "main_gpu": 0, "num_gqa": 1}
 
 
 def _load_value(k: str, v: Any) -> Any:
@@ -120,7 +120,8 @@ def _load_value(k: str, v: Any) -> Any:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < _LOAD_MIN[k]:
-        what = "a positive integer (tokens)" if k == "num_ctx" else f"an integer of at least {_LOAD_MIN[k]}"
+        what = (f"an integer of at least {MIN_CONTEXT} (tokens per slot)" if k == "num_ctx" else
+                f"an integer of at least {_LOAD_MIN[k]}")
         raise RequestError(400, f"options.{k} {json.dumps(v)} must be {what}")
     return v
 

@@ -2,9 +2,14 @@
 settings, run uvicorn; stop every child on exit.
 
 The port is bound before the model is loaded, so "port in use" is reported at once;
-uvicorn then listens on that socket. SIGINT/SIGTERM stop uvicorn, whose shutdown stops
-the children (SIGTERM, then SIGKILL); were tqgguf killed outright, the children get
-SIGTERM from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
+uvicorn then listens on that socket. SIGINT/SIGTERM shut down gracefully: uvicorn stops
+listening, running requests get SHUTDOWN_GRACE_S to finish, those still running then end
+with the API's error (a final SSE ``error`` event / NDJSON ``{"error": ...}`` line once
+streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL), and the process
+ends by the signal it got, re-raised by uvicorn (exit status 128+15 = 143 for SIGTERM in a
+shell, -15 for Popen): the convention for "stopped on request", which systemd and
+container runtimes count as a clean stop. Were tqgguf killed outright, the children get
+SIGKILL from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
 """
 from __future__ import annotations
 
@@ -12,15 +17,20 @@ import asyncio
 import copy
 import errno
 import logging
+import signal
 import socket
 import subprocess
 from typing import Callable
 
-from ..config import format_duration
+from ..config import format_duration, format_size
 from .child import gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
 log = logging.getLogger("tqgguf.server")
+
+#: Seconds the requests still running at SIGTERM/SIGINT get to finish before they are ended
+#: with an error; uvicorn's own limit (after which it cancels them) is 5 s more.
+SHUTDOWN_GRACE_S = 5.0
 
 
 class PortError(OSError):
@@ -99,6 +109,8 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
                  f"(from {src('max_loaded_models')})")
+    lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}); "
+                 "larger: 413")
     ka = s.keep_alive
     ka_text = ("the model stays loaded" if ka < 0 else
                "the model unloads after each request and reloads on the next" if ka == 0 else
@@ -128,6 +140,34 @@ def _log_config(level: str) -> dict:
         cfg["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
     cfg["handlers"]["access"]["stream"] = "ext://sys.stderr"
     return cfg
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose shutdown (after SIGTERM/SIGINT; it has stopped listening)
+        first starts the manager's graceful shutdown: no new requests, SHUTDOWN_GRACE_S for the
+        running ones, then those still running end with the API's error (see
+        ``Manager.begin_shutdown``)."""
+
+        def __init__(self, manager: Manager, config) -> None:
+            super().__init__(config)
+            self.manager = manager
+            self.signal_name = "SIGTERM/SIGINT"
+
+        def handle_exit(self, sig: int, frame) -> None:
+            try:
+                self.signal_name = signal.Signals(sig).name
+            except ValueError:
+                pass
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets=None) -> None:
+            self.manager.begin_shutdown(SHUTDOWN_GRACE_S, self.signal_name)
+            await super().shutdown(sockets)
+
+    return Server
 
 
 def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_log: bool = True,
@@ -161,8 +201,8 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
             for line in startup_summary(config, manager, runner):
                 echo(line)
             app = create_app(manager)
-            server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
-                                                   timeout_graceful_shutdown=5))
+            server = _server_class()(manager, uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
+                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5))
             await server.serve(sockets=[sock])
         finally:
             await manager.shutdown()

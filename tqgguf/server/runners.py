@@ -5,8 +5,9 @@ structured output; ``-np`` slots with continuous batching) or ``embed`` (an
 embeddings-only child, started on the first embeddings request). The :class:`Manager`
 resolves request model names, starts runners on demand, keeps at most
 ``max_loaded_models`` models loaded (the least recently used idle one is unloaded for a
-new one), applies keep-alive per request as Ollama does, reloads a model with a larger
-context when a request's ``num_ctx`` needs it, and restarts a child that dies.
+new one), applies keep-alive per request as Ollama does, reloads a model with the context
+a request's ``num_ctx`` asks for when it differs from the loaded one (larger or smaller:
+Ollama's scheduler compares them), and restarts a child that dies.
 
 Ollama's rules followed here (docs/api.md, docs/faq.md of the Ollama repository):
 ``keep_alive`` sent with a request sets how long the model stays loaded after *that*
@@ -31,6 +32,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from ..config import Settings
+from ..runtime import training_context_warning
 from .child import LLAMA_DEFAULT_N_BATCH, Child, ChildError, ChildSpec, describe_exit, gpu_devices
 
 log = logging.getLogger("tqgguf.server")
@@ -80,11 +82,13 @@ class LoadParams:
 #: Ollama's load-time options (``api.Runner`` in Ollama's api/types.go, plus the ones older
 #: Ollama versions had and clients still send) and what ``tqgguf serve`` does with each:
 #: "reload" (a different value reloads the model with it, as Ollama's scheduler does in
-#: ``needsReload``), "grow" (num_ctx: a larger value reloads, up to the maximum; a smaller one
-#: is served by the loaded context), "fixed" (a different value is refused: it cannot change
-#: per request here). Value types: int or bool, as Ollama parses them (``Options.FromMap``).
+#: ``needsReload``: it compares the loaded runner's options with the request's, num_ctx
+#: included, and reloads on any difference), "context" (num_ctx: the same, larger or smaller,
+#: within MIN_CONTEXT and the maximum; handled by ``Manager.runner``), "fixed" (a different
+#: value is refused: it cannot change per request here). An option a request leaves out keeps
+#: what the model runs with. Value types: int or bool, as Ollama parses them (``Options.FromMap``).
 LOAD_OPTIONS: dict[str, tuple[str, type]] = {
-    "num_ctx": ("grow", int), "num_batch": ("reload", int), "num_thread": ("reload", int),
+    "num_ctx": ("context", int), "num_batch": ("reload", int), "num_thread": ("reload", int),
     "num_gpu": ("reload", int), "use_mmap": ("reload", bool), "main_gpu": ("fixed", int),
     "use_mlock": ("fixed", bool), "numa": ("fixed", bool), "low_vram": ("fixed", bool), "f16_kv": ("fixed", bool),
     "logits_all": ("fixed", bool), "vocab_only": ("fixed", bool), "embedding_only": ("fixed", bool),
@@ -317,12 +321,15 @@ class Runner:
         self.last_used = time.monotonic()
         self.restarts: list[float] = []
         self.last_exit: str | None = None
+        self.last_lines: list[str] = []  # the last log lines of the child that died last
         self.load_seconds = 0.0
         self.ready_at = 0.0  # monotonic time the last (re)start became ready
         self.client: aiohttp.ClientSession | None = None  # to the child; see start()
         self._watch: asyncio.Task | None = None
         self.load = LoadParams(n_threads=config.n_threads, n_gpu_layers=config.n_gpu_layers)
         self.reload_reason = ""  # what the last reload for a request changed, e.g. "num_ctx 4096"
+        self.cut_reason: str | None = None  # why the connections to the child were closed (shutdown)
+        self.streams: set[aiohttp.ClientResponse] = set()  # streamed answers being relayed now
 
     @property
     def key(self) -> tuple[str, str]:
@@ -411,11 +418,9 @@ class Runner:
             raise
         self.ready_at = time.monotonic()
         self.load_seconds = self.ready_at - t0
-        train = self.model.n_ctx_train()
-        if train and self.n_ctx > train and self.kind == "chat":
+        if self.kind == "chat" and (warning := training_context_warning(self.n_ctx, self.model.n_ctx_train())):
             # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
-            log.warning("%s runs with %d tokens per slot, more than the %d it was trained for; answers past %d "
-                        "tokens may degrade", self.model.name, self.n_ctx, train, train)
+            log.warning("%s: %s", self.model.name, warning)
         self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
@@ -428,6 +433,7 @@ class Runner:
         if child.stopping or child is not self.child:
             return
         self.last_exit = describe_exit(code)
+        self.last_lines = child.last_lines()
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW_S] + [now]
         await self._close_client()
@@ -468,7 +474,8 @@ class Runner:
         c = self.child
         return {"name": self.model.name, "kind": self.kind, "state": self.state, "pid": c.pid if c else None,
                 "port": c.port if c else None, "n_ctx": self.n_ctx, "active_requests": self.active,
-                "restarts": len(self.restarts), "last_exit": self.last_exit, "error": self.error}
+                "restarts": len(self.restarts), "last_exit": self.last_exit, "last_log_lines": self.last_lines,
+                "error": self.error}
 
 
 class Manager:
@@ -491,6 +498,40 @@ class Manager:
         self._next_port = self.settings.llama_server_port
         self._reaper: asyncio.Task | None = None
         self._has_gpu: bool | None = None
+        self.shutting_down = False  # set by begin_shutdown: no new requests
+        self._cut_timer: asyncio.TimerHandle | None = None
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    def begin_shutdown(self, grace: float, why: str = "SIGTERM/SIGINT") -> None:
+        """Start a graceful shutdown (uvicorn has stopped accepting connections): refuse new
+        requests (Unavailable, a 503), let the running ones finish for ``grace`` seconds, then
+        cut those still running by closing the connections to the children, so each ends
+        with the API's error (a final error event or line once streaming) instead of a
+        silent cut. :meth:`shutdown` stops the children afterwards."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        running = sum(r.active for r in self.runners.values())
+        log.info("shutting down (%s): new requests get 503; %d running request(s) have %.0f s to finish",
+                 why, running, grace)
+        self._cut_timer = asyncio.get_running_loop().call_later(
+            grace, lambda: asyncio.ensure_future(self._cut(grace, why)))
+
+    async def _cut(self, grace: float, why: str) -> None:
+        running = [r for r in self.runners.values() if r.active]
+        if not running:
+            return
+        log.warning("shutting down: cutting %d request(s) still running %.0f s after %s", sum(r.active for r in running),
+                    grace, why)
+        for r in running:
+            r.cut_reason = (f"tqgguf serve is shutting down ({why}); this request was still running after the "
+                            f"{grace:.0f} s grace period and was stopped")
+            for resp in list(r.streams):
+                # closing the connection alone does not wake a reader waiting for the next chunk
+                resp.content.set_exception(aiohttp.ClientConnectionError(r.cut_reason))
+                resp.close()
+            await r._close_client()  # requests waiting for a whole answer fail with ClientError
 
     # -- names -------------------------------------------------------------------------
 
@@ -540,8 +581,10 @@ class Manager:
 
     async def runner(self, model: ModelFile, kind: str = "chat", num_ctx: int | None = None,
                      load: dict[str, Any] | None = None) -> tuple[Runner, bool]:
-        """The ready runner for ``model``/``kind``, started (or reloaded with a larger
-        context for ``num_ctx``, or with the load-time options ``load`` asks for, see
+        """The ready runner for ``model``/``kind``, started (or reloaded with the context
+        ``num_ctx`` asks for when it differs from the loaded one, larger or smaller, as Ollama's
+        scheduler does; an embeddings child is started with at least the configured context and
+        not reloaded for it; or with the load-time options ``load`` asks for, see
         :meth:`plan_load`) if needed; returns (runner, reloaded for this request), and
         ``runner.reload_reason`` says what the reload changed.
 
@@ -559,7 +602,9 @@ class Manager:
             r = self.runners.get(key)
             if r is None:
                 await self._make_room(model)
-                r = Runner(model, kind, self.config, max(self.settings.context_length, num_ctx or 0), self._port())
+                n_ctx = (num_ctx or self.settings.context_length) if kind == "chat" else \
+                    max(self.settings.context_length, num_ctx or 0)
+                r = Runner(model, kind, self.config, n_ctx, self._port())
                 self.runners[key] = r
                 fresh = True
         reloaded = False
@@ -570,7 +615,9 @@ class Manager:
                 if fresh and self.runners.get(key) is r:
                     del self.runners[key]
                 raise
-            grow = num_ctx is not None and num_ctx > r.n_ctx and kind == "chat"
+            # as Ollama's scheduler (needsReload): any num_ctx that differs from the loaded one
+            # reloads, a smaller one too; an embeddings child keeps its context (inputs are cut to fit)
+            resize = num_ctx is not None and num_ctx != r.n_ctx and kind == "chat"
             if fresh:
                 r.load = params
                 try:
@@ -580,20 +627,20 @@ class Manager:
                         del self.runners[key]
                     await r.stop()
                     raise
-                reloaded = bool(num_ctx and num_ctx > self.settings.context_length) or bool(changes)
-                if num_ctx and num_ctx > self.settings.context_length:
+                if num_ctx and r.n_ctx != self.settings.context_length:
+                    changes.insert(0, f"num_ctx {r.n_ctx}")
+                reloaded = bool(changes)
+            elif (resize or changes) and r.state == "ready":
+                if resize:
                     changes.insert(0, f"num_ctx {num_ctx}")
-            elif (grow or changes) and r.state == "ready":
-                if grow:
-                    changes.insert(0, f"num_ctx {num_ctx}")
-                was = [f"num_ctx {r.n_ctx}"] if grow else []
+                was = [f"num_ctx {r.n_ctx}"] if resize else []
                 log.info("reloading %s with %s (was %s): waiting for %d request(s) to finish", model.name,
                          ", ".join(changes), ", ".join(was + [f"{c.split()[0]} {json.dumps(r.effective(c.split()[0]))}"
                                                              for c in changes if not c.startswith("num_ctx")]),
                          r.active)
                 await r.idle.wait()
                 await r.stop()
-                if grow:
+                if resize:
                     r.n_ctx = num_ctx
                 r.load = params
                 await r.start()
@@ -635,7 +682,7 @@ class Manager:
         s = self.settings
         for k, v in opts.items():
             policy = LOAD_OPTIONS[k][0]
-            if policy == "grow" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
+            if policy == "context" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
                 continue
             have = r.effective(k)
             if (_layers(v, r.model.n_layer()) if k == "num_gpu" else v) == have:
@@ -678,6 +725,8 @@ class Manager:
                   keep_alive: float | None = None) -> AsyncIterator[tuple[Runner, bool]]:
         """Hold a runner for one request (``num_ctx``/``load``: see :meth:`runner`); on exit
         apply keep-alive (the request's, else the default) from now."""
+        if self.shutting_down:
+            raise Unavailable("tqgguf serve is shutting down and takes no new requests")
         model = self.find(name)
         r, reloaded = await self.runner(model, kind, num_ctx, load)
         r.active += 1
@@ -736,6 +785,8 @@ class Manager:
 
     async def shutdown(self) -> None:
         """Stop every child."""
+        if self._cut_timer is not None:
+            self._cut_timer.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
         for r in list(self.runners.values()):

@@ -141,7 +141,7 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
 
     # tokens + baseline
     base_engine = engine_for(BASELINE)
-    if warning := training_context_warning(base_engine.report):
+    if warning := training_context_warning(base_engine.report.n_ctx, base_engine.report.n_ctx_train):
         log(warning)
     try:
         tokens = tokenize(base_engine, spec.text.content)
