@@ -18,6 +18,8 @@
 #   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences (RUNS: kv:npl ...)
 #   scripts/device_cuda.sh profile MODEL.gguf  Nsight Compute: the FA decode kernel per K/V pair (speed of light,
 #                                          occupancy, warp stalls) and the cache write (SET_ROWS) at batch 1
+#   scripts/device_cuda.sh step MODEL.gguf  Nsight Compute: every kernel of a few decode steps per K/V type (KVS),
+#                                          summed per kernel; the turbo SET_ROWS at batch 1 with its warp stalls
 #   scripts/device_cuda.sh serve [MODEL.gguf]  after stage+parts, with .device/serve carried (scripts/device_serve_pack.sh):
 #                                          issue 13's throughput (llama-server vs tqgguf serve vs the old server,
 #                                          -np 32, 32 clients x 128 tokens, turbo4/turbo4, -ngl 99) and issue 12's
@@ -170,6 +172,23 @@ profile)
             "$(grep -c 'gpu__time_duration.sum' "$OUT/ncu-setrows-$kv-$tag.txt")"
     done | tee "$OUT/ncu-setrows-$tag.txt.summary"
     ;;
+step)
+    # every kernel of a few decode steps (llama-bench tg, batch 1), no cache flush, per K/V type:
+    # where a token's time goes (scripts/cuda/ncu_step_summary.py sums it per kernel)
+    M=$2; tag=$(basename "$M" .gguf)
+    for kv in ${KVS:-q8_0/q8_0 turbo4/turbo4}; do
+        ncu --clock-control none --cache-control none --launch-skip 600 --launch-count 400 --metrics gpu__time_duration.sum \
+            $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" -p 0 -n 16 -r 1 \
+            > "$OUT/ncu-step-${kv/\//-}-$tag.txt" 2>&1 || echo "FAILED ncu step $kv"
+    done
+    python3 scripts/cuda/ncu_step_summary.py "$OUT"/ncu-step-*-"$tag".txt | tee "$OUT/ncu-step-$tag-summary.txt"
+    # the turbo cache write at batch 1 in detail: where its warps stall (sampled per SASS line)
+    ncu --clock-control none --cache-control none -k regex:set_rows_turbo --launch-skip 60 --launch-count 1 \
+        --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy \
+        $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk turbo4 -ctv turbo4 -p 0 -n 8 -r 1 > "$OUT/ncu-setrows-detail-$tag.txt" 2>&1 \
+        || echo "FAILED ncu set_rows detail"
+    grep -E "Stall|Warp Cycles|Duration|Registers|Block Size|Grid Size" "$OUT/ncu-setrows-detail-$tag.txt" | sed -E 's/ +/ /g' | head -30
+    ;;
 batched)
     M=$2; tag=$(basename "$M" .gguf)
     # 64 or 240 sequences of 4096 + 128 tokens, each in its own KV stream (batched-bench default)
@@ -189,5 +208,5 @@ serve)
     OUT=$OUT bash scripts/device_serve.sh "$BIN" "$M"
     ;;
 *)
-    sed -n 2,28p "$0"; exit 2 ;;
+    sed -n "2,/^set -euo/p" "$0" | sed "$ d"; exit 2 ;;
 esac
