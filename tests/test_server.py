@@ -8,6 +8,7 @@ the child runs last. CLI refusals run their own short-lived processes.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -557,10 +558,46 @@ def test_ollama_stream_client_gone_before_the_first_byte_frees_its_slot(srv):
     assert srv.metric("tokens_predicted_total") - before < 400  # stopped, not finished
 
 
+def test_a_non_streaming_call_is_cancelled_when_its_client_leaves():
+    # the front's side of "a client that leaves frees its slot" for whole answers: the call to
+    # llama-server is cancelled (its connection closed unread, which llama-server takes as a
+    # cancel) as soon as the ASGI server reports http.disconnect, and ClientLeft is raised
+    from starlette.requests import Request
+
+    from tqgguf.server.app import ClientLeft, until_disconnect
+
+    async def scenario(leave_after: float | None) -> tuple[str, bool]:
+        messages: asyncio.Queue = asyncio.Queue()
+        cancelled = False
+
+        async def receive():
+            return await messages.get()
+
+        async def generate() -> str:
+            nonlocal cancelled
+            try:
+                await asyncio.sleep(0.5)
+                return "answer"
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+
+        request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+        if leave_after is not None:
+            asyncio.get_running_loop().call_later(leave_after, messages.put_nowait, {"type": "http.disconnect"})
+        try:
+            return await until_disconnect(request, generate()), cancelled
+        except ClientLeft:
+            return "left", cancelled
+
+    assert asyncio.run(scenario(0.05)) == ("left", True)
+    assert asyncio.run(scenario(None)) == ("answer", False)
+    assert asyncio.run(scenario(2.0)) == ("answer", False)  # the answer came first
+
+
 def test_stream_cleanup_runs_when_the_first_send_fails():
     # an ASGI 2.4 server raises on the first send to a client that has gone: the body
     # iterator then never starts, and only the response itself can release the model
-    import asyncio
 
     from tqgguf.server.app import _Stream
 
@@ -852,7 +889,6 @@ def test_ollama_options_map_to_llama_server_fields_and_check_load_option_types()
 
 
 def test_load_plan_names_the_option_the_value_and_what_the_server_runs_with(model_path):
-    import asyncio
 
     from tqgguf.config import resolve_settings
     from tqgguf.server.runners import LoadOptionRefused, Manager, ModelFile, Runner, ServeConfig

@@ -21,12 +21,13 @@ stream has started, a final error event), and the runner restarts it.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import math
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, TypeVar
 
 import aiohttp
 from fastapi import FastAPI, Request
@@ -55,6 +56,40 @@ log = logging.getLogger("tqgguf.server")
 
 class ChildGone(RuntimeError):
     """The model's llama-server went away during a request."""
+
+
+class ClientLeft(RuntimeError):
+    """The client closed its connection before the (non-streaming) answer was ready."""
+
+
+_T = TypeVar("_T")
+
+
+async def until_disconnect(request: Request, work: Awaitable[_T]) -> _T:
+    """Await ``work`` (a call to llama-server for a non-streaming answer) unless the client
+    goes away first: then ``work`` is cancelled — its connection to llama-server is closed
+    unread, and llama-server cancels the generation and frees the slot, as it does for a
+    client of its own — and ClientLeft is raised. (Streams end the same way through
+    ``_Stream``.) The request body must have been read: the next ASGI message is then
+    ``http.disconnect``, which the server sends when the client's connection closes."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+        watch.cancel()
+    if not task.cancelled() and task.done():
+        return task.result()
+    with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+        await task
+    raise ClientLeft("the client closed its connection before the answer was ready")
 
 
 def _is_ollama(request: Request) -> bool:
@@ -279,6 +314,10 @@ def create_app(manager: Manager) -> FastAPI:
     async def _child_error(request: Request, exc: ChildError):
         return _error(request, 500, f"the model could not be loaded: {exc}")
 
+    @app.exception_handler(ClientLeft)
+    async def _client_left(request: Request, exc: ClientLeft):
+        return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
+
     @app.exception_handler(ChildGone)
     async def _gone(request: Request, exc: ChildGone):
         return _error(request, 503 if manager.shutting_down else 502, str(exc))
@@ -386,13 +425,16 @@ def create_app(manager: Manager) -> FastAPI:
                                media_type=resp.headers.get("content-type", "text/event-stream"))
             if r.client is None:
                 raise ChildGone(_gone_message(r))
-            try:
+            async def answer() -> Response:
                 async with r.client.post(path, data=raw, headers={"content-type": "application/json"}) as resp:
                     data = await resp.read()
                     if legacy is not None and resp.status == 200:
                         data = legacy.body(data)
                     return Response(data, status_code=resp.status,
                                     media_type=resp.headers.get("content-type", "application/json"))
+
+            try:
+                return await until_disconnect(request, answer())
             except aiohttp.ClientError:
                 raise ChildGone(_gone_message(r)) from None
         finally:
@@ -588,7 +630,7 @@ def create_app(manager: Manager) -> FastAPI:
         load_s = r.loaded_since(t0)
         try:
             if not stream:
-                data = await call_ok(r, "/v1/chat/completions", payload)
+                data = await until_disconnect(request, call_ok(r, "/v1/chat/completions", payload))
                 ch = (data.get("choices") or [{}])[0]
                 msg = ch.get("message") or {}
                 out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
@@ -729,7 +771,7 @@ def create_app(manager: Manager) -> FastAPI:
             if (schema := ol.format_schema(body.get("format"))) is not None:
                 payload["json_schema"] = schema
             if not stream:
-                data = await call_ok(r, "/completion", payload)
+                data = await until_disconnect(request, call_ok(r, "/completion", payload))
                 answer = data.get("content", "")
                 res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
                 if splits:
