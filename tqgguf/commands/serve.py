@@ -70,7 +70,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                    f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
-    from ..server.run import PortError, bind_socket
+    from ..server.run import PortError, bind_socket, end_by_signal
 
     # fail on a taken port before any download or model load (serve() binds for real)
     try:
@@ -108,11 +108,14 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                          n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, engine_env=env,
                          engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path])
     try:
-        serve(config, echo=_echo_err)
+        stopped_by = serve(config, echo=_echo_err)
+    except KeyboardInterrupt:  # Ctrl-C before uvicorn took over the signals (e.g. while the model loads)
+        raise SystemExit(130) from None
     except PortError as e:
         raise click.ClickException(str(e)) from None
     except (ChildError, RuntimeError) as e:
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
+    end_by_signal(stopped_by)  # SIGINT: exit 130; SIGTERM: re-raised, the process ends by it
 
 
 class _EngineEnv:
