@@ -844,6 +844,22 @@ def test_gpu_layers_on_a_cpu_only_llama_server_are_refused(model_path):
     assert p.returncode == 1 and "lists no GPU device" in p.stderr and "starting llama-server" not in p.stderr
 
 
+@pytest.mark.engine
+@pytest.mark.parametrize("args,env", [(["-np", "2"], {}), ([], {"TQGGUF_NUM_PARALLEL": "3"})])
+def test_k_center_full_with_several_slots_is_refused_before_llama_server_starts(model_file, args, env):
+    """Explicit --k-center full on a model with a K bias and -np > 1: refused up front (exit 2)
+    naming -np and the alternatives in tqgguf's spelling, not llama-server's death with the
+    engine's "use bias or file:PATH"."""
+    p = subprocess.run(_serve_cmd(str(model_file(QWEN)), "--port", str(_free_port()), "--ctk", "turbo4",
+                                  "--k-center", "full", *args), capture_output=True, text=True,
+                       env=_clean_env(**env), timeout=120)
+    n = args[1] if args else env["TQGGUF_NUM_PARALLEL"]
+    assert p.returncode == 2, p.stderr
+    assert f"--k-center full cannot serve qwen2.5-coder-0.5b-instruct-q4_k_m.gguf with -np {n}" in p.stderr, p.stderr
+    assert "use --k-center bias, bias:N, calib, calib:FILE or off (auto picks bias here), or -np 1" in p.stderr, p.stderr
+    assert "starting llama-server" not in p.stderr and "file:PATH" not in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("args,env,needle", [
     (["--ctk", "q9"], {}, "--ctk 'q9': unknown cache type; allowed: f32"),
     ([], {"TQGGUF_KV_CACHE_TYPE": "turbo5"}, "TQGGUF_KV_CACHE_TYPE='turbo5': unknown cache type"),

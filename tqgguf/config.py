@@ -341,7 +341,8 @@ def parse_cache_type(value: Any) -> str:
 
 K_CENTER_ALLOWED = ("off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE.gguf "
                     "(FILE.gguf: where the calibration vectors are read, or written when missing), "
-                    "auto (full when the model's keys carry a bias and K is quantized, else off)")
+                    "auto (full when the model's keys carry a bias and K is quantized, else off; bias instead for "
+                    "sliding-window models and serve -np > 1)")
 
 
 class KCenterError(ValueError):
@@ -530,7 +531,7 @@ class Settings(BaseModel):
         True, description="Hadamard rotation of Q/K/V for quantized caches (off = LLAMA_ATTN_ROT_DISABLE=1)")
     k_center: Annotated[str, Var((("k_center", "--k-center"),), ("TQGGUF_K_CENTER",), parse_k_center_setting)] = Field(
         "auto", description="K centering: auto = full when the model has attn_k.bias and K is quantized "
-                           "(bias for sliding-window models), else off; full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
+                           "(bias for sliding-window models and serve -np > 1), else off; full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
                            "bias/calib = the cache stores k - m (m: slow RoPE part of the bias, or the mean "
                            "calibration key); attention is unchanged, a quantized K gains range")
     kv_boundary: Annotated[str | None, Var((("kv_boundary", "--kv-boundary"),), ("TQGGUF_KV_BOUNDARY",),

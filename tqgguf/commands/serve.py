@@ -145,7 +145,7 @@ class _EngineEnv:
         from ..config import parse_k_center
         from ..engine import engine_env
         from ..enginevars import warn_overrides
-        from ..kcenter import engine_value, resolve_auto
+        from ..kcenter import check_full, engine_value, resolve_auto
         from ..kvplan import build_plan
 
         s = self.settings
@@ -158,6 +158,7 @@ class _EngineEnv:
         if kc.mode == "auto":
             kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k},
                                       streams=s.num_parallel)
+        check_full(kc, path, streams=s.num_parallel)
         kc_env = engine_value(kc, path, n_threads=self.threads)
         plan_env = plan.engine_value() if plan else ""
         notes = []
