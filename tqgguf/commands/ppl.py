@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError, type_info
-from .options import (cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options,
+from .options import (cache_type_options, check_gpu_layers, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options,
                       rotation_option, text_option)
 
 
@@ -45,6 +45,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
                                "kv_swa": kv_swa, "kv_plan": kv_plan})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
+    check_gpu_layers(n_gpu_layers)
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
     k_center = st.k_center
     if json_file:  # fail before the run, not after it

@@ -79,6 +79,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.ClickException(str(e)) from None
 
     from ..builder.driver import llama_server_path
+    from ..engine import GPUOffloadError
     from ..models import ModelError, resolve_model
     from ..server import ServeConfig, serve
     from ..server.child import ChildError
@@ -111,6 +112,8 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         stopped_by = serve(config, echo=_echo_err)
     except KeyboardInterrupt:  # Ctrl-C before uvicorn took over the signals (e.g. while the model loads)
         raise SystemExit(130) from None
+    except GPUOffloadError as e:  # -ngl on a llama-server without a GPU device: a bad flag, as in ppl/bench/mix
+        raise click.UsageError(str(e)) from None
     except PortError as e:
         raise click.ClickException(str(e)) from None
     except (ChildError, RuntimeError) as e:

@@ -26,6 +26,7 @@ import threading
 from typing import Callable
 
 from ..config import format_duration, format_size
+from ..engine import GPUOffloadError
 from .child import gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
@@ -209,7 +210,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     the process by it).
 
     Order: bind the port (PortError at once if it is taken), check -ngl against the
-    binary's devices (RuntimeError), start the default model's llama-server (ChildError
+    binary's devices (GPUOffloadError), start the default model's llama-server (ChildError
     with llama-server's own message when it refuses the model), print the startup summary
     through ``echo``, then serve with uvicorn on the bound socket.
     """
@@ -224,7 +225,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     logging.config.dictConfig(_log_config(log_level))
     if (why := gpu_devices_error(config)) is not None:
         sock.close()
-        raise RuntimeError(why)
+        raise GPUOffloadError(why)
 
     async def main() -> None:
         manager = Manager(config)
