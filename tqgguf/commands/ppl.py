@@ -71,8 +71,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     if warning := training_context_warning(r.n_ctx, r.n_ctx_train):
         err(warning, err=True)
     if engine.kv_plan:
-        others = f", others {ctk}/{ctv}" if engine.kv_plan.keeps_defaults() else ""  # a full plan leaves none
-        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}{others}; "
+        # the engine's list names every layer of every KV cache, those keeping -ctk/-ctv included
+        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}; "
             f"{r.kv_bytes_per_token} bytes per token, {r.bits_per_value:.3f} bits/value", err=True)
     kc = str(engine.k_center)
     if engine.k_center_reason:
