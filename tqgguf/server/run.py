@@ -9,8 +9,8 @@ streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL), and th
 ends by the signal it got, once the children are stopped (``end_by_signal``: SIGTERM is
 re-raised, exit status 128+15 = 143 in a shell, -15 for Popen; SIGINT exits with 130, the
 shell's status for Ctrl-C, without click's "Aborted!"): the convention for "stopped on
-request", which systemd and container runtimes count as a clean stop. Were tqgguf killed outright, the children get
-SIGKILL from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
+request", which systemd and container runtimes count as a clean stop. Were tqgguf killed
+outright, the children get SIGKILL from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
 """
 from __future__ import annotations
 
