@@ -184,7 +184,7 @@ def test_batched_measures_s_tg_over_every_sequence(smollm2, tmp_path):
     (["-ctk", "f16,turbo5"], 2, "turbo5"),
     (["-d", "0,9000"], 2, "n_ctx_train = 8192"),
     (["-p", "8000", "-d", "512"], 2, "8512 positions"),
-    (["-ngl", "99"], 1, "CPU only"),
+    (["-ngl", "99"], 2, "CPU only"),
     (["-p", "-5"], 2, ">= 0"),
     (["-r", "0"], 2, "repetitions must be >= 1"),
     (["-p", "0", "-n", "0"], 2, "nothing to run"),

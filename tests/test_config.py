@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from tqgguf.cachetypes import KV_CACHE_TYPES
 from tqgguf.cli import main
-from tqgguf.config import (VARIABLES, Settings, SettingsError, format_duration, parse_duration, parse_host,
-                           resolve_settings, settings_report, unknown_variables)
+from tqgguf.config import (OLLAMA_OWN_VARIABLES, VARIABLES, Settings, SettingsError, closest_variable, format_duration,
+                           parse_duration, parse_host, resolve_settings, settings_report, unknown_variables)
 
 # (setting, flag key, flag value, TQGGUF variable, value, OLLAMA variable or None, value,
 #  expected value from flag, from TQGGUF, from OLLAMA, default)
@@ -211,6 +211,27 @@ def test_every_setting_and_variable_is_described():
 def test_unknown_tqgguf_variables_are_reported():
     assert unknown_variables({"TQGGUF_KV_CACHE_TPYE": "q8_0", "TQGGUF_HOST": "x", "PATH": "/bin"}) == \
         ["TQGGUF_KV_CACHE_TPYE"]
+
+
+def test_ollama_typos_are_reported_but_ollamas_own_variables_are_not():
+    env = {"OLLAMA_KV_CACHE_TYP": "turbo4", "OLLAMA_NUM_PARALEL": "2", "OLLAMA_ORIGINS": "*", "OLLAMA_DEBUG": "1",
+           "OLLAMA_MODELS": "/m", "OLLAMA_LOAD_TIMEOUT": "5m", "OLLAMA_MAX_QUEUE": "9", "OLLAMA_SOMETHING_ELSE": "1",
+           "OLLAMA_TMPDIR": "/t", "PATH": "/bin"}
+    assert unknown_variables(env) == ["OLLAMA_KV_CACHE_TYP", "OLLAMA_NUM_PARALEL"]
+    assert closest_variable("OLLAMA_KV_CACHE_TYP") == "OLLAMA_KV_CACHE_TYPE"
+    assert closest_variable("OLLAMA_NUM_PARALEL") == "OLLAMA_NUM_PARALLEL"
+    assert unknown_variables({k: "1" for k in OLLAMA_OWN_VARIABLES}) == []
+    assert {k for k in VARIABLES if k.startswith("OLLAMA_")} <= OLLAMA_OWN_VARIABLES  # tqgguf reads real ones
+
+
+def test_a_verb_warns_about_an_ollama_typo_with_the_name_it_meant():
+    r = CliRunner().invoke(main, ["ppl", "--help"], env=_clean_env(OLLAMA_KV_CACHE_TYP="turbo4", OLLAMA_ORIGINS="*"))
+    assert r.exit_code == 0, r.output
+    assert ("warning: OLLAMA_KV_CACHE_TYP is set but tqgguf does not read it (typo?); did you mean "
+            "OLLAMA_KV_CACHE_TYPE?") in r.output
+    assert "OLLAMA_ORIGINS" not in r.output
+    r = CliRunner().invoke(main, ["env", "--json"], env=_clean_env(OLLAMA_KV_CACHE_TYP="turbo4"))
+    assert json.loads(r.output)["did_you_mean"] == {"OLLAMA_KV_CACHE_TYP": "OLLAMA_KV_CACHE_TYPE"}
 
 
 def test_report_lists_every_setting_with_source_and_every_variable():

@@ -94,6 +94,18 @@ def test_ppl_reports_rotation_flags_and_orders_configurations_sensibly(smollm2, 
     assert t4["count"] == 3 * (256 - 1 - 128)
 
 
+@pytest.mark.engine
+def test_kv_plan_line_lists_only_the_layers_that_exist(smollm2, wiki):
+    """The engine's layer list covers every layer; nothing is appended for "others" (with
+    --kv-boundary 2 on SmolLM2's 30 layers there are no layers outside 0-1, 2-27, 28-29)."""
+    res = CliRunner().invoke(cli, ["ppl", str(smollm2), "-f", str(wiki), "--ctk", "turbo4", "--ctv", "turbo4",
+                                   "--kv-boundary", "2", "-c", "64", "--chunks", "1", "-t", "2"])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("kv plan:"))
+    assert ("-> layers 0-1 q8_0/q8_0, 2-27 turbo4/turbo4, 28-29 q8_0/q8_0; 6936 bytes per token" in line), line
+    assert "others" not in line, line
+
+
 def test_a_context_past_the_training_context_is_warned_about(smollm2):
     from tqgguf.bench import n_ctx_train
     from tqgguf.runtime import open_model, training_context_warning

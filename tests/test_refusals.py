@@ -396,3 +396,26 @@ def test_every_verb_warns_about_unknown_tqgguf_variables(verb, tmp_path):
     assert r.returncode != 0  # the model does not exist; the warning comes first anyway
     assert ("warning: TQGGUF_KV_CACHE_TYP is set but tqgguf does not read it (typo?); "
             "did you mean TQGGUF_KV_CACHE_TYPE?") in r.stderr, r.stderr
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("verb,extra", [("ppl", []), ("bench", ["-p", "16", "-n", "4"]), ("sweep", ["--ctk", "q8_0", "--ctv", "q8_0"]),
+                                        ("mix", ["--bits", "4"])])
+def test_gpu_layers_on_a_cpu_engine_are_one_usage_error_in_every_verb(verb, extra, tmp_path, monkeypatch):
+    """-ngl on the CPU-only engine: every verb that loads the model in-process (mix too, which
+    had no -ngl: click split it into -n) refuses it before any work with the engine's GPU
+    message, as a usage error (exit 2) like every other bad flag."""
+    from click.testing import CliRunner
+
+    from tqgguf.cli import main
+    from tqgguf.engine import ensure_engine, gpu_offload_error
+
+    ensure_engine()
+    if gpu_offload_error(99) is None:
+        pytest.skip("the installed engine has a usable GPU")
+    monkeypatch.chdir(tmp_path)
+    model = tiny_llama_gguf(tmp_path / "m.gguf", head_dim=64, n_head=1, n_head_kv=1, n_embd=64, n_vocab=64)
+    r = CliRunner().invoke(main, [verb, str(model), *extra, "-ngl", "99"])
+    assert r.exit_code == 2, r.output
+    assert "-ngl 99 asks for GPU layers, but the installed engine was built for the CPU only" in r.output, r.output
+    assert "No such option" not in r.output and not list(tmp_path.glob("*/")), r.output

@@ -754,6 +754,37 @@ def test_sigterm_drains_requests_ends_streams_with_an_error_and_stops_the_child(
 
 
 @pytest.mark.engine
+def test_ctrl_c_stops_gracefully_and_exits_130_without_aborted(model_path, tmp_path):
+    """SIGINT (Ctrl-C) with SIGINT at its default disposition, as in an interactive shell (a
+    child of a background shell would inherit SIG_IGN; preexec_fn restores SIG_DFL): the
+    graceful shutdown runs, the child is stopped, and the exit status is 130 with no click
+    "Aborted!" (which exits 1)."""
+    port = _free_port()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(_serve_cmd(str(model_path), "--port", str(port), "-t", "1", "-c", "256"),
+                                stdout=out, stderr=subprocess.STDOUT, env=_clean_env(),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 120
+            while "Application startup complete" not in log_path.read_text(errors="replace"):
+                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")
+                time.sleep(0.2)
+            kids = _children(proc.pid)
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    log = log_path.read_text(errors="replace")
+    assert rc == 130, log[-3000:]
+    assert "Aborted!" not in log and "Traceback" not in log, log[-3000:]
+    assert "shutting down (SIGINT)" in log, log[-3000:]
+    assert all(not Path(f"/proc/{k}").exists() or "Z" in Path(f"/proc/{k}/stat").read_text().split()[2] for k in kids)
+
+
+@pytest.mark.engine
 def test_serve_killed_outright_leaves_no_llama_server(model_path, tmp_path):
     """SIGKILL to tqgguf serve: the kernel kills its children (PR_SET_PDEATHSIG = SIGKILL; with
     SIGTERM an embeddings child was seen hanging in llama-server's handler, orphaned)."""
@@ -847,7 +878,23 @@ def test_gpu_layers_on_a_cpu_only_llama_server_are_refused(model_path):
         pytest.skip("the llama-server found is not the CPU build")
     p = subprocess.run(_serve_cmd(str(model_path), "--port", str(_free_port()), "-ngl", "99"), capture_output=True,
                        text=True, env=_clean_env(), timeout=60)
-    assert p.returncode == 1 and "lists no GPU device" in p.stderr and "starting llama-server" not in p.stderr
+    assert p.returncode == 2 and "lists no GPU device" in p.stderr and "starting llama-server" not in p.stderr  # a usage error, as in ppl/bench/sweep/mix
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("args,env", [(["-np", "2"], {}), ([], {"TQGGUF_NUM_PARALLEL": "3"})])
+def test_k_center_full_with_several_slots_is_refused_before_llama_server_starts(model_file, args, env):
+    """Explicit --k-center full on a model with a K bias and -np > 1: refused up front (exit 2)
+    naming -np and the alternatives in tqgguf's spelling, not llama-server's death with the
+    engine's "use bias or file:PATH"."""
+    p = subprocess.run(_serve_cmd(str(model_file(QWEN)), "--port", str(_free_port()), "--ctk", "turbo4",
+                                  "--k-center", "full", *args), capture_output=True, text=True,
+                       env=_clean_env(**env), timeout=120)
+    n = args[1] if args else env["TQGGUF_NUM_PARALLEL"]
+    assert p.returncode == 2, p.stderr
+    assert f"--k-center full cannot serve qwen2.5-coder-0.5b-instruct-q4_k_m.gguf with -np {n}" in p.stderr, p.stderr
+    assert "use --k-center bias, bias:N, calib, calib:FILE or off (auto picks bias here), or -np 1" in p.stderr, p.stderr
+    assert "starting llama-server" not in p.stderr and "file:PATH" not in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("args,env,needle", [

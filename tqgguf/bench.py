@@ -220,10 +220,10 @@ def validate(spec: BenchSpec) -> None:
     ``spec.beyond_train``), more parallel
     sequences than llama.cpp allows; ValueError for -fa off with a quantized V (also one a
     layer plan gives); KVPlanError (a ValueError) for a plan that does not fit the model;
-    EngineError for -ngl on an engine without a usable GPU backend;
+    GPUOffloadError (an EngineError) for -ngl on an engine without a usable GPU backend;
     EngineNotBuiltError when the engine is missing.
     """
-    from .engine import EngineError, ensure_engine, gpu_offload_error
+    from .engine import check_gpu_offload, ensure_engine
 
     if not spec.tests and spec.batched is None:
         raise BenchError("nothing to run: -p and -n are all 0 and --batched is off")
@@ -261,8 +261,7 @@ def validate(spec: BenchSpec) -> None:
         if max(b.npl) > most:
             raise BenchError(f"-npl {max(b.npl)}: llama.cpp holds at most {most} sequences in one context")
     ensure_engine()
-    if (why := gpu_offload_error(spec.n_gpu_layers)) is not None:
-        raise EngineError(why)
+    check_gpu_offload(spec.n_gpu_layers)
 
 
 def _build_plan(model: Path, plan: tuple[str, str, str]):

@@ -77,6 +77,20 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_REQUIRE_ENGINE": "tests: 1 makes a missing engine a failure instead of a skip",
 }
 
+#: Every ``OLLAMA_*`` variable Ollama itself reads (users set them for Ollama; never a typo
+#: of ours): ``envconfig.AsMap`` in ollama/ollama's ``envconfig/config.go`` (commit fb30760,
+#: 2026-08-21), plus the ones older releases read (OLLAMA_TMPDIR, OLLAMA_RUNNERS_DIR,
+#: OLLAMA_MAX_VRAM, OLLAMA_HOME, OLLAMA_INTEL_GPU) and the client's OLLAMA_API_KEY.
+OLLAMA_OWN_VARIABLES: frozenset[str] = frozenset({
+    "OLLAMA_DEBUG", "OLLAMA_DEBUG_LOG_REQUESTS", "OLLAMA_GO_TEMPLATE", "OLLAMA_FLASH_ATTENTION",
+    "OLLAMA_KV_CACHE_TYPE", "OLLAMA_GPU_OVERHEAD", "OLLAMA_IGPU_ENABLE", "OLLAMA_HOST", "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_LLM_LIBRARY", "OLLAMA_LOAD_TIMEOUT", "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_MAX_TRANSFER_STREAMS",
+    "OLLAMA_MAX_QUEUE", "OLLAMA_MODELS", "OLLAMA_NO_CLOUD", "OLLAMA_NOHISTORY", "OLLAMA_NOPRUNE",
+    "OLLAMA_NUM_PARALLEL", "OLLAMA_ORIGINS", "OLLAMA_SCHED_SPREAD", "OLLAMA_CONTEXT_LENGTH", "OLLAMA_EDITOR",
+    "OLLAMA_REMOTES", "OLLAMA_VULKAN", "OLLAMA_AUTH",
+    "OLLAMA_TMPDIR", "OLLAMA_RUNNERS_DIR", "OLLAMA_MAX_VRAM", "OLLAMA_HOME", "OLLAMA_INTEL_GPU", "OLLAMA_API_KEY",
+})
+
 
 class SettingsError(ValueError):
     """Settings that cannot be used. ``errors`` holds one message per problem, each naming
@@ -341,7 +355,8 @@ def parse_cache_type(value: Any) -> str:
 
 K_CENTER_ALLOWED = ("off, bias, bias:N (N = period threshold in tokens), full, calib, calib:FILE.gguf "
                     "(FILE.gguf: where the calibration vectors are read, or written when missing), "
-                    "auto (full when the model's keys carry a bias and K is quantized, else off)")
+                    "auto (full when the model's keys carry a bias and K is quantized, else off; bias instead for "
+                    "sliding-window models and serve -np > 1)")
 
 
 class KCenterError(ValueError):
@@ -530,7 +545,7 @@ class Settings(BaseModel):
         True, description="Hadamard rotation of Q/K/V for quantized caches (off = LLAMA_ATTN_ROT_DISABLE=1)")
     k_center: Annotated[str, Var((("k_center", "--k-center"),), ("TQGGUF_K_CENTER",), parse_k_center_setting)] = Field(
         "auto", description="K centering: auto = full when the model has attn_k.bias and K is quantized "
-                           "(bias for sliding-window models), else off; full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
+                           "(bias for sliding-window models and serve -np > 1), else off; full = the cache stores k - RoPE(attn_k.bias), added back per cell; "
                            "bias/calib = the cache stores k - m (m: slow RoPE part of the bias, or the mean "
                            "calibration key); attention is unchanged, a quantized K gains range")
     kv_boundary: Annotated[str | None, Var((("kv_boundary", "--kv-boundary"),), ("TQGGUF_KV_BOUNDARY",),
@@ -763,20 +778,33 @@ def check_settings(settings: Settings) -> None:
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """``TQGGUF_*`` variables (any case: ``tqgguf_models`` too) that are set but not declared
-    (likely typos), sorted."""
+    """Variables that are set but that tqgguf does not read (likely typos), sorted: every
+    undeclared ``TQGGUF_*`` (any case: ``tqgguf_models`` too), and an ``OLLAMA_*`` (any case)
+    that is close to one tqgguf reads (``closest_variable``) and is not one Ollama reads
+    itself (``OLLAMA_OWN_VARIABLES``: users set those for Ollama)."""
     environ = os.environ if environ is None else environ
-    return sorted(k for k in environ if k.upper().startswith("TQGGUF_") and k not in VARIABLES)
+
+    def unknown(k: str) -> bool:
+        if k in VARIABLES:
+            return False
+        if k.upper().startswith("TQGGUF_"):
+            return True
+        return (k.upper().startswith("OLLAMA_") and k not in OLLAMA_OWN_VARIABLES
+                and closest_variable(k) is not None)
+
+    return sorted(k for k in environ if unknown(k))
 
 
 def closest_variable(name: str) -> str | None:
-    """The declared ``TQGGUF_*`` variable closest to ``name`` (a likely typo of it), or None
-    when none is close (difflib ratio of the parts after ``TQGGUF_`` below 0.75, compared
-    in upper case, as the variables are declared): ``TQGGUF_KV_CACHE_TYP`` ->
-    ``TQGGUF_KV_CACHE_TYPE``, ``TQGGUF_KV_CACHE_TYPE_k`` -> ``TQGGUF_KV_CACHE_TYPE_K``."""
+    """The declared variable of the same prefix (``TQGGUF_*``, or ``OLLAMA_*`` for a name
+    starting so) closest to ``name`` (a likely typo of it), or None when none is close
+    (difflib ratio of the parts after the prefix below 0.75, compared in upper case, as the
+    variables are declared): ``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``,
+    ``TQGGUF_KV_CACHE_TYPE_k`` -> ``TQGGUF_KV_CACHE_TYPE_K``, ``OLLAMA_KV_CACHE_TYP`` ->
+    ``OLLAMA_KV_CACHE_TYPE``."""
     import difflib
 
-    prefix = "TQGGUF_"
+    prefix = "OLLAMA_" if name.upper().startswith("OLLAMA_") else "TQGGUF_"
     suffixes = [v[len(prefix):] for v in VARIABLES if v.startswith(prefix)]
     near = difflib.get_close_matches(name.upper().removeprefix(prefix), suffixes, n=1, cutoff=0.75)
     return prefix + near[0] if near else None
@@ -785,7 +813,7 @@ def closest_variable(name: str) -> str | None:
 def settings_report(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """JSON-able report for ``tqgguf env --json``: settings (value, source, flags,
     variables, description), variables (value or None, description), unknown
-    ``TQGGUF_*`` variables and, for each, the closest declared name (did_you_mean; None
+    variables (``unknown_variables``: ``TQGGUF_*``, near-miss ``OLLAMA_*``) and, for each, the closest declared name (did_you_mean; None
     when none is close)."""
     environ = os.environ if environ is None else environ
     return {

@@ -20,6 +20,12 @@ class EngineError(RuntimeError):
     """llama.cpp refused the model or context; the message carries its error lines."""
 
 
+class GPUOffloadError(EngineError):
+    """``-ngl`` asks for GPU layers that cannot be placed on a GPU (an engine or llama-server
+    without a GPU backend, or no device found): a bad flag, which the CLI reports as a usage
+    error (exit 2) in every verb."""
+
+
 class LogCapture:
     """Collects llama.cpp / ggml log text through ``llama_log_set`` (thread-safe)."""
 
@@ -100,6 +106,17 @@ def gpu_offload_error(n_gpu_layers: int) -> str | None:
     return (f"-ngl {n_gpu_layers} asks for GPU layers; the installed engine has the {backend.upper()} backend but "
             f"found no {backend.upper()} device (driver missing, or CUDA_VISIBLE_DEVICES hides it): "
             "use -ngl 0 to run on the CPU")
+
+
+def check_gpu_offload(n_gpu_layers: int) -> None:
+    """Raise GPUOffloadError with :func:`gpu_offload_error`'s reason when ``-ngl n_gpu_layers``
+    cannot be honoured; -ngl 0 passes without loading the engine. EngineNotBuiltError when
+    the engine is missing."""
+    if n_gpu_layers == 0:
+        return
+    ensure_engine()
+    if (why := gpu_offload_error(n_gpu_layers)) is not None:
+        raise GPUOffloadError(why)
 
 
 def _libggml() -> ctypes.CDLL:

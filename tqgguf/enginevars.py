@@ -8,8 +8,9 @@ Two kinds, both printed once per process to stderr (never an error: the run goes
   ``--kv-boundary/--kv-swa/--kv-plan``). A value the user set
   for llama.cpp's own tools would otherwise be replaced without a word; the warning says
   which value wins, why, and how to get the other one.
-- **Unknown ``TQGGUF_*`` variables** (likely typos, e.g. ``TQGGUF_KV_CACHE_TYP``), with the
-  closest declared name. ``tqgguf env`` lists them too; every other verb warns through
+- **Unknown ``TQGGUF_*`` variables** (likely typos, e.g. ``TQGGUF_KV_CACHE_TYP``), and
+  ``OLLAMA_*`` ones close to a variable tqgguf reads that Ollama does not read either
+  (``OLLAMA_KV_CACHE_TYP``), with the closest declared name (tqgguf.config.unknown_variables). ``tqgguf env`` lists them too; every other verb warns through
   :func:`warn_unknown_variables`, which the CLI group calls before any verb runs.
 """
 from __future__ import annotations
@@ -85,8 +86,9 @@ def warn_overrides(wanted: Mapping[str, str], meaning: Mapping[str, str], *,
 
 
 def unknown_variable_messages(environ: Mapping[str, str] | None = None) -> list[str]:
-    """One warning per set ``TQGGUF_*`` variable that tqgguf does not read, with the
-    closest declared name when there is one (``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``)."""
+    """One warning per set variable that tqgguf does not read (tqgguf.config.unknown_variables:
+    ``TQGGUF_*``, near-miss ``OLLAMA_*``), with the closest declared name when there is one
+    (``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``, ``OLLAMA_KV_CACHE_TYP`` -> ``OLLAMA_KV_CACHE_TYPE``)."""
     from .config import closest_variable, unknown_variables
 
     out = []

@@ -11,8 +11,9 @@ Modes (the ``--k-center`` / ``TQGGUF_K_CENTER`` value):
 
 ``auto`` (default)
     ``full`` when the model's keys carry a bias (``attn_k.bias``) and K is quantized
-    (``bias`` on sliding-window models, which full does not serve), else ``off``; see
-    :func:`resolve_auto`.
+    (``bias`` where full does not serve the cache: sliding-window models, and ``tqgguf
+    serve -np N`` with N > 1, whose slots are N KV streams), else ``off``; see
+    :func:`resolve_auto`. An explicit ``full`` there is refused (:func:`check_full`).
 ``off``
     no centering.
 ``bias`` / ``bias:N``
@@ -79,13 +80,41 @@ def resolve_auto(model_path: str | os.PathLike, k_types: set[str] | list[str] | 
     bias = f"the model's keys carry a bias (attn_k.bias in {layers.k_bias_layers} of {layers.n_layer} layers)"
     if not quant:
         return KCenter(), f"{bias}, but K is not quantized ({', '.join(sorted(set(k_types)))}): nothing to gain"
-    if layers.swa:
-        return KCenter("bias"), (f"{bias} and K is quantized ({', '.join(quant)}); full does not serve "
-                                 "sliding-window caches, so bias (the slow-RoPE part of the bias)")
-    if streams > 1:
-        return KCenter("bias"), (f"{bias} and K is quantized ({', '.join(quant)}); full does not serve a cache of "
-                                 f"{streams} streams (-np {streams}), so bias (the slow-RoPE part of the bias)")
+    if (why := _full_unserved(layers, streams)) is not None:
+        return KCenter("bias"), f"{bias} and K is quantized ({', '.join(quant)}); {why}, so bias (the slow-RoPE part of the bias)"
     return KCenter("full"), f"{bias} and K is quantized ({', '.join(quant)})"
+
+
+def _full_unserved(layers, streams: int) -> str | None:
+    """Why the engine's full mode refuses this model's cache (it has a K bias; sliding-window
+    layers, or ``streams`` > 1 KV streams), or None. One stream: full adds RoPE(b) back from
+    the positions of the cells of one KV stream, and llama-server gives each -np slot a stream
+    of its own (patch 0006, native/src/llama-kv-center.cpp)."""
+    if not layers.k_bias_layers:
+        return None  # nothing to add back: the engine accepts full and does nothing
+    if layers.swa:
+        return "full does not serve sliding-window caches"
+    if streams > 1:
+        return (f"full does not serve a cache of {streams} streams (llama-server gives each -np slot a KV stream "
+                f"of its own, and full adds the bias back from the positions of one stream's cells)")
+    return None
+
+
+def check_full(kc: KCenter, model_path: str | os.PathLike, streams: int = 1) -> None:
+    """Refuse an explicit ``--k-center full`` that the engine would refuse for this model
+    when ``streams`` KV streams (llama-server's -np slots) are served: a model with a K bias
+    and sliding-window layers or several streams. Other modes pass. Raises KCenterError
+    naming -np and the modes that serve it; KVPlanError when the file is not a readable GGUF."""
+    if kc.mode != "full":
+        return
+    layers = model_layers(model_path)
+    if (why := _full_unserved(layers, streams)) is None:
+        return
+    alternatives = "use --k-center bias, bias:N, calib, calib:FILE or off (auto picks bias here)"
+    if layers.swa:
+        raise KCenterError(f"--k-center full cannot serve {Path(model_path).name}: {why}; {alternatives}")
+    raise KCenterError(f"--k-center full cannot serve {Path(model_path).name} with -np {streams}: {why}; "
+                       f"{alternatives}, or -np 1")
 
 
 def calib_path(model_path: str | os.PathLike, kc: KCenter) -> Path:

@@ -85,11 +85,15 @@ def check_budget(bits: float, types: tuple[str, ...]) -> None:
         raise MixError(f"--bits {bits:g} is above f16 (16 bits/value): nothing to choose")
 
 
-def store_path(out_dir: str | os.PathLike, model_path: str | os.PathLike, text: str, n_ctx: int, chunks: int) -> Path:
+def store_path(out_dir: str | os.PathLike, model_path: str | os.PathLike, text: str, n_ctx: int, chunks: int, *,
+               gpu: bool = False) -> Path:
     """Where :func:`measure` keeps the sensitivities of this model file, calibration text,
     n_ctx and chunk count (so a rerun resumes and another budget reuses them):
-    ``OUT_DIR/<model stem>.kv-sens-<12 hex of sha256(model sha256, text sha256, n_ctx, chunks)>.jsonl``."""
-    key = json.dumps([sha256_file_cached(model_path), hashlib.sha256(text.encode()).hexdigest(), n_ctx, chunks])
+    ``OUT_DIR/<model stem>.kv-sens-<12 hex of sha256(model sha256, text sha256, n_ctx, chunks)>.jsonl``;
+    gpu (measured with -ngl other than 0, whose KLDs differ from the CPU's): ``"gpu"`` is
+    added to the hashed key, so GPU and CPU measurements are never mixed."""
+    key = json.dumps([sha256_file_cached(model_path), hashlib.sha256(text.encode()).hexdigest(), n_ctx, chunks]
+                     + (["gpu"] if gpu else []))
     return Path(out_dir) / f"{Path(model_path).stem}.kv-sens-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsonl"
 
 
@@ -109,11 +113,11 @@ def _load_store(path: Path | None) -> dict[tuple[int, str, str], float]:
 
 def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] = DEFAULT_TYPES, n_ctx: int = 256,
             chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None,
-            store: str | os.PathLike | None = None) -> Sensitivity:
+            store: str | os.PathLike | None = None, n_gpu_layers: int = 0) -> Sensitivity:
     """Measure :class:`Sensitivity` of every layer's K and V on ``text``.
 
-    n_ctx: tokens per chunk (the second half of each is scored); chunks: how many.
-    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
+    n_ctx: tokens per chunk (the second half of each is scored); chunks: how many;
+    n_gpu_layers: -ngl of every run (GPUOffloadError when the engine cannot place them). Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
     (:func:`store_path` names one per model/text/n_ctx/chunks) that each measurement is
     appended to as it is made; measurements already there are not repeated.
     Raises MixError for a text shorter than one chunk, EngineError from the engine,
@@ -124,7 +128,7 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
     layers = model_layers(model_path)
     todo = [(il, side, t) for il in range(layers.n_layer) for side in ("k", "v") for t in types
             if (il, side, t) not in done]
-    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, with_logits=bool(todo))
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, n_gpu_layers, with_logits=bool(todo))
     out: dict[tuple[int, str, str], float] = {}
     for il in range(layers.n_layer):
         for side in ("k", "v"):
@@ -133,7 +137,7 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
                     out[(il, side, t)] = done[(il, side, t)]
                     continue
                 kt, vt = (t, "f16") if side == "k" else ("f16", t)
-                out[(il, side, t)] = _plan_kld(model_path, cal, f"{il}:{kt}/{vt}", n_threads)
+                out[(il, side, t)] = _plan_kld(model_path, cal, f"{il}:{kt}/{vt}", n_threads, n_gpu_layers)
                 if store is not None:
                     with open(store, "a") as f:
                         f.write(json.dumps({"layer": il, "side": side, "type": t, "kld": out[(il, side, t)]}) + "\n")
@@ -156,11 +160,11 @@ class _Calibration:
         return self.n_chunk * (self.n_ctx - 1 - self.n_ctx // 2)
 
 
-def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | None, *,
+def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | None, n_gpu_layers: int = 0, *,
                with_logits: bool = True) -> _Calibration:
     """Tokenize ``text`` and (with_logits) compute the f16/f16 logits of its first chunks."""
     base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                      k_center="auto")
+                      n_gpu_layers=n_gpu_layers, k_center="auto")
     try:
         tokens = tokenize(base, text)
         if len(tokens) < n_ctx:
@@ -174,11 +178,11 @@ def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | 
     return _Calibration(tokens, n_ctx, n_chunk, rows)
 
 
-def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None) -> float:
+def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None, n_gpu_layers: int = 0) -> float:
     """Mean KLD against f16 over the calibration chunks with ``kv_plan`` (other layers f16/f16)."""
     n_ctx, first = cal.n_ctx, cal.n_ctx // 2
     eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                     kv_plan=kv_plan, k_center="auto")
+                     n_gpu_layers=n_gpu_layers, kv_plan=kv_plan, k_center="auto")
     try:
         st = KLDStats()
         for c, lg in chunk_logits(eng, cal.tokens, n_ctx, min(n_ctx, 512), cal.n_chunk):
@@ -189,15 +193,16 @@ def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None
 
 
 def measure_plans(model_path: str | os.PathLike, text: str, plans: list[str], *, n_ctx: int = 256, chunks: int = 2,
-                  n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[float]:
+                  n_threads: int | None = None, progress: Callable[[str], None] | None = None,
+                  n_gpu_layers: int = 0) -> list[float]:
     """The measured mean KLD against f16 of each whole plan (an explicit map, -ctk/-ctv f16
     elsewhere) on the calibration chunks :func:`measure` used: how well the additive
     prediction held on the text it was made from. Costs 1 + len(plans) runs; progress gets
     one line per plan. Raises MixError for a text shorter than one chunk, EngineError."""
-    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads)
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, n_gpu_layers)
     out = []
     for p in plans:
-        out.append(_plan_kld(model_path, cal, p, n_threads))
+        out.append(_plan_kld(model_path, cal, p, n_threads, n_gpu_layers))
         if progress:
             progress(f"{p}: KLD {out[-1]:.6f}")
     return out
@@ -274,7 +279,8 @@ def uniform_pairs(types: tuple[str, ...], bits: float, head_k: int = 1, head_v: 
 
 def choose_checked(model_path: str | os.PathLike, text: str, sens: Sensitivity, budgets: list[float], *,
                    head_k: int = 1, head_v: int = 1, n_ctx: int = 256, chunks: int = 2,
-                   n_threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[Choice]:
+                   n_threads: int | None = None, progress: Callable[[str], None] | None = None,
+                   n_gpu_layers: int = 0) -> list[Choice]:
     """For each budget: the optimised plan (:func:`choose`) and every uniform pair that fits
     (:func:`uniform_pairs`) are run whole on the calibration chunks of :func:`measure` (same
     text, n_ctx, chunks), and the one that measures the lowest mean KLD is kept (a tie
@@ -297,7 +303,7 @@ def choose_checked(model_path: str | os.PathLike, text: str, sens: Sensitivity, 
         per_budget.append(cands)
     maps = list(dict.fromkeys(c.plan for cands in per_budget for c in cands))
     measured = dict(zip(maps, measure_plans(model_path, text, maps, n_ctx=n_ctx, chunks=chunks, n_threads=n_threads,
-                                            progress=progress)))
+                                            progress=progress, n_gpu_layers=n_gpu_layers)))
     out = []
     for b, cands in zip(budgets, per_budget):
         for c in cands:

@@ -17,7 +17,7 @@ from pathlib import Path
 from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id,
                          type_info)
 from .config import parse_k_center
-from .engine import EngineError, capture, engine_env, ensure_engine, gpu_offload_error
+from .engine import EngineError, GPUOffloadError, capture, check_gpu_offload, engine_env, ensure_engine
 from . import kcenter
 from .kvplan import KVPlan, bits_per_value, build_plan, kv_bytes_per_token, model_layers
 from .enginevars import warn_overrides
@@ -169,7 +169,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         n_ctx: context size in tokens; n_batch/n_ubatch default to min(n_ctx, 512).
         flash_attn: "on" | "off" | "auto".
         rotation: False sets LLAMA_ATTN_ROT_DISABLE=1 while the KV cache is created.
-        n_gpu_layers: layers to offload (-ngl; -1 = all). Refused (EngineError) when the engine
+        n_gpu_layers: layers to offload (-ngl; -1 = all). Refused (GPUOffloadError) when the engine
             has no GPU backend or its backend finds no device (llama.cpp would use the CPU).
         logits_all: keep logits of every position (needed for perplexity).
         k_center: K centering, a ``--k-center`` value (off, bias, bias:N, calib,
@@ -201,8 +201,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         if flash_attn_conflict(flash_attn, v):
             raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; {FLASH_ATTN_RULE}")
     ensure_engine()
-    if (why := gpu_offload_error(n_gpu_layers)) is not None:
-        raise EngineError(why)
+    check_gpu_offload(n_gpu_layers)
     import llama_cpp
 
     kc = parse_k_center(k_center)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
-from .options import gpu_layers_option, kv_plan_options
+from .options import check_gpu_layers, gpu_layers_option, kv_plan_options
 
 _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
 
@@ -61,6 +61,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
 
     if threads is not None and threads < 1:
         raise click.UsageError(f"-t {threads}: threads must be >= 1")
+    check_gpu_layers(n_gpu_layers)
     try:
         ks, vs = bench.parse_type_list(ctk, "-ctk"), bench.parse_type_list(ctv, "-ctv")
         fas = bench.parse_fa_list(flash_attn)

@@ -90,7 +90,25 @@ def text_option():
 def gpu_layers_option():
     """``-ngl/--n-gpu-layers N`` (parameter ``n_gpu_layers``): layers offloaded to the GPU, as
     llama.cpp's flag; 0 = CPU only, -1 = all. A GPU request on an engine without a GPU
-    backend, or with no GPU found, is refused by tqgguf.runtime.open_model."""
+    backend, or with no GPU found, is refused (GPUOffloadError: tqgguf.runtime.open_model,
+    tqgguf.bench.validate; serve: its llama-server's devices); verbs check it first with
+    :func:`check_gpu_layers`."""
     return click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1), default=0,
                         show_default=True, metavar="N",
                         help="Layers to offload to the GPU (-1 = all); needs `tqgguf build --backend cuda|metal`.")
+
+
+def check_gpu_layers(n_gpu_layers: int) -> None:
+    """Refuse ``-ngl N`` that the installed engine cannot place on a GPU, before any work,
+    as a usage error (exit 2, the engine's reason: CPU-only build, or no device found), the
+    same in every verb that loads the model in-process. -ngl 0 passes without loading the
+    engine; a missing engine is a ClickException (exit 1) saying to run ``tqgguf build``."""
+    from ..cachetypes import EngineNotBuiltError
+    from ..engine import GPUOffloadError, check_gpu_offload
+
+    try:
+        check_gpu_offload(n_gpu_layers)
+    except GPUOffloadError as e:
+        raise click.UsageError(str(e)) from None
+    except EngineNotBuiltError as e:
+        raise click.ClickException(str(e)) from None

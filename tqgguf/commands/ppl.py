@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError, type_info
-from .options import (cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options,
+from .options import (cache_type_options, check_gpu_layers, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options,
                       rotation_option, text_option)
 
 
@@ -45,6 +45,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
                                "kv_swa": kv_swa, "kv_plan": kv_plan})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
+    check_gpu_layers(n_gpu_layers)
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
     k_center = st.k_center
     if json_file:  # fail before the run, not after it
@@ -70,8 +71,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     if warning := training_context_warning(r.n_ctx, r.n_ctx_train):
         err(warning, err=True)
     if engine.kv_plan:
-        others = f", others {ctk}/{ctv}" if engine.kv_plan.keeps_defaults() else ""  # a full plan leaves none
-        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}{others}; "
+        # the engine's list names every layer of every KV cache, those keeping -ctk/-ctv included
+        err(f"kv plan: {engine.kv_plan.source} -> layers {r.kv_plan_layers}; "
             f"{r.kv_bytes_per_token} bytes per token, {r.bits_per_value:.3f} bits/value", err=True)
     kc = str(engine.k_center)
     if engine.k_center_reason:

@@ -70,7 +70,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                    f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
-    from ..server.run import PortError, bind_socket
+    from ..server.run import PortError, bind_socket, end_by_signal
 
     # fail on a taken port before any download or model load (serve() binds for real)
     try:
@@ -79,6 +79,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.ClickException(str(e)) from None
 
     from ..builder.driver import llama_server_path
+    from ..engine import GPUOffloadError
     from ..models import ModelError, resolve_model
     from ..server import ServeConfig, serve
     from ..server.child import ChildError
@@ -108,11 +109,16 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                          n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, engine_env=env,
                          engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path])
     try:
-        serve(config, echo=_echo_err)
+        stopped_by = serve(config, echo=_echo_err)
+    except KeyboardInterrupt:  # Ctrl-C before uvicorn took over the signals (e.g. while the model loads)
+        raise SystemExit(130) from None
+    except GPUOffloadError as e:  # -ngl on a llama-server without a GPU device: a bad flag, as in ppl/bench/mix
+        raise click.UsageError(str(e)) from None
     except PortError as e:
         raise click.ClickException(str(e)) from None
     except (ChildError, RuntimeError) as e:
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
+    end_by_signal(stopped_by)  # SIGINT: exit 130; SIGTERM: re-raised, the process ends by it
 
 
 class _EngineEnv:
@@ -142,7 +148,7 @@ class _EngineEnv:
         from ..config import parse_k_center
         from ..engine import engine_env
         from ..enginevars import warn_overrides
-        from ..kcenter import engine_value, resolve_auto
+        from ..kcenter import check_full, engine_value, resolve_auto
         from ..kvplan import build_plan
 
         s = self.settings
@@ -155,6 +161,7 @@ class _EngineEnv:
         if kc.mode == "auto":
             kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k},
                                       streams=s.num_parallel)
+        check_full(kc, path, streams=s.num_parallel)
         kc_env = engine_value(kc, path, n_threads=self.threads)
         plan_env = plan.engine_value() if plan else ""
         notes = []

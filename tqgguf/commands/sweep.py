@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from ..cachetypes import CacheTypeError, EngineNotBuiltError, is_quantized
 from ..kvplan import build_plan, parse_plan_axes
 from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
-from .options import cache_type_options, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
+from .options import cache_type_options, check_gpu_layers, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
 
 console = Console(stderr=True)
 
@@ -49,6 +49,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
     recommend = recommend or max_kld is not None or max_dppl is not None  # a budget asks for a recommendation
     if recommend and max_kld is None and max_dppl is None:
         raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
+    check_gpu_layers(n_gpu_layers)
     try:
         kcs = parse_k_centers(k_center)
         plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)

@@ -6,23 +6,27 @@ uvicorn then listens on that socket. SIGINT/SIGTERM shut down gracefully: uvicor
 listening, running requests get SHUTDOWN_GRACE_S to finish, those still running then end
 with the API's error (a final SSE ``error`` event / NDJSON ``{"error": ...}`` line once
 streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL), and the process
-ends by the signal it got, re-raised by uvicorn (exit status 128+15 = 143 for SIGTERM in a
-shell, -15 for Popen): the convention for "stopped on request", which systemd and
-container runtimes count as a clean stop. Were tqgguf killed outright, the children get
-SIGKILL from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
+ends by the signal it got, once the children are stopped (``end_by_signal``: SIGTERM is
+re-raised, exit status 128+15 = 143 in a shell, -15 for Popen; SIGINT exits with 130, the
+shell's status for Ctrl-C, without click's "Aborted!"): the convention for "stopped on
+request", which systemd and container runtimes count as a clean stop. Were tqgguf killed
+outright, the children get SIGKILL from the kernel (``PR_SET_PDEATHSIG``, see ``child``).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import errno
 import logging
 import signal
 import socket
 import subprocess
+import threading
 from typing import Callable
 
 from ..config import format_duration, format_size
+from ..engine import GPUOffloadError
 from .child import gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
@@ -144,6 +148,7 @@ def _log_config(level: str) -> dict:
 
 def _server_class():
     import uvicorn
+    import uvicorn.server
 
     class Server(uvicorn.Server):
         """uvicorn's server, whose shutdown (after SIGTERM/SIGINT; it has stopped listening)
@@ -167,15 +172,45 @@ def _server_class():
             self.manager.begin_shutdown(SHUTDOWN_GRACE_S, self.signal_name)
             await super().shutdown(sockets)
 
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """uvicorn's, less its re-raise of the signal on the way out (which would end the
+            process before the children are stopped, and turn SIGINT into a KeyboardInterrupt):
+            the signals stay in ``_captured_signals`` for ``serve`` to return."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in uvicorn.server.HANDLED_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
     return Server
 
 
+def end_by_signal(sig: int | None) -> None:
+    """End the process as ``serve`` was stopped, after its shutdown: SIGINT exits with status
+    130 (no KeyboardInterrupt, so click prints no "Aborted!"); any other signal (SIGTERM) is
+    re-raised at its default disposition, so the process ends by it (143 in a shell, -15 for
+    Popen); None returns."""
+    if sig is None:
+        return
+    if sig == signal.SIGINT:
+        raise SystemExit(128 + signal.SIGINT)
+    signal.signal(sig, signal.SIG_DFL)
+    signal.raise_signal(sig)
+
+
 def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_log: bool = True,
-          log_level: str = "info") -> None:
-    """Run the server until interrupted.
+          log_level: str = "info") -> int | None:
+    """Run the server until interrupted; return the signal that stopped it (SIGINT, SIGTERM),
+    once everything is shut down and the children are stopped (``end_by_signal`` then ends
+    the process by it).
 
     Order: bind the port (PortError at once if it is taken), check -ngl against the
-    binary's devices (RuntimeError), start the default model's llama-server (ChildError
+    binary's devices (GPUOffloadError), start the default model's llama-server (ChildError
     with llama-server's own message when it refuses the model), print the startup summary
     through ``echo``, then serve with uvicorn on the bound socket.
     """
@@ -190,7 +225,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     logging.config.dictConfig(_log_config(log_level))
     if (why := gpu_devices_error(config)) is not None:
         sock.close()
-        raise RuntimeError(why)
+        raise GPUOffloadError(why)
 
     async def main() -> None:
         manager = Manager(config)
@@ -204,11 +239,14 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
             server = _server_class()(manager, uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
                                                      timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5))
             await server.serve(sockets=[sock])
+            captured.extend(server._captured_signals)
         finally:
             await manager.shutdown()
 
+    captured: list[int] = []
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(main())
     finally:
         sock.close()
+    return captured[0] if captured else None
