@@ -558,6 +558,18 @@ def test_ollama_stream_client_gone_before_the_first_byte_frees_its_slot(srv):
     assert srv.metric("tokens_predicted_total") - before < 400  # stopped, not finished
 
 
+def test_a_model_without_a_chat_template_is_warned_about(srv, require_engine, model_file, tmp_path):
+    # Gemma-3-270M's GGUF is the base model: no tokenizer.chat_template, so llama-server would
+    # format chat requests as ChatML without a word; SmolLM2-Instruct has a template
+    model_file("gemma3-270m")
+    s = Server("gemma3-270m", tmp_path, "-c", "512", "-np", "1")
+    try:
+        assert "gemma3-270m: the GGUF has no chat template (tokenizer.chat_template)" in s.log(), s.log()[-2000:]
+    finally:
+        s.stop()
+    assert "has no chat template" not in srv.log()
+
+
 def test_a_non_streaming_call_is_cancelled_when_its_client_leaves():
     # the front's side of "a client that leaves frees its slot" for whole answers: the call to
     # llama-server is cancelled (its connection closed unread, which llama-server takes as a

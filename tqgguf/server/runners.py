@@ -421,6 +421,13 @@ class Runner:
         if self.kind == "chat" and (warning := training_context_warning(self.n_ctx, self.model.n_ctx_train())):
             # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
             log.warning("%s: %s", self.model.name, warning)
+        if self.kind == "chat" and not self.model.chat_template():
+            # llama-server then formats chat messages as ChatML, which a base model (e.g. the
+            # Gemma-3-270M base GGUF) was never trained on: say so instead of serving it silently
+            log.warning("%s: the GGUF has no chat template (tokenizer.chat_template): chat requests "
+                        "(/api/chat, /v1/chat/completions, /api/generate without raw) are formatted as "
+                        "llama-server's ChatML fallback, which this model may not follow; for a base model "
+                        "send plain text (/v1/completions, or /api/generate with raw: true)", self.model.name)
         self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
