@@ -75,7 +75,7 @@ def test_gpu_layers_on_an_engine_without_a_gpu_backend_are_refused(model_file):
     smol = model_file("smollm2-135m")
     r = subprocess.run(["tqgguf", "ppl", str(smol), "-ngl", "99", "--chunks", "1", "-c", "128"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1
+    assert r.returncode == 2  # a usage error, as in every verb (options.check_gpu_layers)
     assert "built for the CPU only" in r.stderr and "tqgguf build --backend cuda" in r.stderr
     info = json.loads(subprocess.run(["tqgguf", "info", "--json"], capture_output=True, text=True).stdout)
     assert info["gpu_offload"] is False and info["turbo_fa_pairs"] == []
