@@ -159,17 +159,11 @@ def _server_class():
         def __init__(self, manager: Manager, config) -> None:
             super().__init__(config)
             self.manager = manager
-            self.signal_name = "SIGTERM/SIGINT"
-
-        def handle_exit(self, sig: int, frame) -> None:
-            try:
-                self.signal_name = signal.Signals(sig).name
-            except ValueError:
-                pass
-            super().handle_exit(sig, frame)
 
         async def shutdown(self, sockets=None) -> None:
-            self.manager.begin_shutdown(SHUTDOWN_GRACE_S, self.signal_name)
+            # the signal is the last one uvicorn's handle_exit recorded (SIGINT or SIGTERM)
+            sig = self._captured_signals[-1] if self._captured_signals else None
+            self.manager.begin_shutdown(SHUTDOWN_GRACE_S, signal.Signals(sig).name if sig else "SIGTERM/SIGINT")
             await super().shutdown(sockets)
 
         @contextlib.contextmanager
