@@ -117,7 +117,8 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
     """Measure :class:`Sensitivity` of every layer's K and V on ``text``.
 
     n_ctx: tokens per chunk (the second half of each is scored); chunks: how many;
-    n_gpu_layers: -ngl of every run (GPUOffloadError when the engine cannot place them). Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
+    n_gpu_layers: -ngl of every run (GPUOffloadError when the engine cannot place them).
+    Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
     (:func:`store_path` names one per model/text/n_ctx/chunks) that each measurement is
     appended to as it is made; measurements already there are not repeated.
     Raises MixError for a text shorter than one chunk, EngineError from the engine,
