@@ -15,6 +15,8 @@
 #   scripts/device_cuda.sh fa              FA decode micro-benchmark: µs and GB/s per K/V pair,
 #                                          beside the card's copy bandwidth (same run)
 #   scripts/device_cuda.sh bench MODEL.gguf  llama-bench pp512/tg128 at depths 0, 8192, 32768 per K/V pair (KVS)
+#   scripts/device_cuda.sh tg MODEL.gguf   tg128 A/B: RUNS="K/V[,VAR=VALUE...] ..." (environment per run), -r ${R:-5},
+#                                          depths ${DEPTHS:-0,8192,32768}: one build measured with and without a knob
 #   scripts/device_cuda.sh batched MODEL.gguf  llama-batched-bench S_TG, 4096-token prompts, 64 and 240 sequences (RUNS: kv:npl ...)
 #   scripts/device_cuda.sh profile MODEL.gguf  Nsight Compute: the FA decode kernel per K/V pair (speed of light,
 #                                          occupancy, warp stalls) and the cache write (SET_ROWS) at batch 1
@@ -54,7 +56,9 @@ stage)
     fi
     ;&
 parts)
-    if [ -d .device/cuda/parts ]; then cp -n .device/cuda/parts/* "$W/parts/" 2>/dev/null || true; fi
+    for d in .device/cuda/parts .device/cuda/g*; do  # carried piece folders
+        if [ -d "$d" ]; then cp -n "$d"/* "$W/parts/" 2>/dev/null || true; fi
+    done
     ls -la "$W/parts"
     # reassemble split files NAME.partNN -> NAME once every piece is there (NAME.nparts says how many)
     for n in "$W"/parts/*.nparts; do
@@ -188,6 +192,15 @@ step)
         $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk turbo4 -ctv turbo4 -p 0 -n 8 -r 1 > "$OUT/ncu-setrows-detail-$tag.txt" 2>&1 \
         || echo "FAILED ncu set_rows detail"
     grep -E "Stall|Warp Cycles|Duration|Registers|Block Size|Grid Size" "$OUT/ncu-setrows-detail-$tag.txt" | sed -E 's/ +/ /g' | head -30
+    ;;
+tg)
+    M=$2; tag=$(basename "$M" .gguf)
+    for run in ${RUNS:-q8_0/q8_0 turbo4/turbo4}; do
+        kv=${run%%,*}; vars=${run#"$kv"}; vars=${vars//,/ }
+        echo "== $kv$vars"
+        env $vars $BIN/llama-bench -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" -p 0 -n 128 -d "${DEPTHS:-0,8192,32768}" \
+            -r "${R:-5}" -o md 2>/dev/null | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $run"
+    done | tee -a "$OUT/tg-$tag.txt"
     ;;
 batched)
     M=$2; tag=$(basename "$M" .gguf)

@@ -119,5 +119,7 @@ static inline void ggml_cuda_memcpy_1(void * dst, const void * src) {
     abort();
 }
 template <typename T> static inline T __shfl_xor_sync(unsigned, T, int, int = WARP_SIZE) { turbo_host_unreachable("__shfl_xor_sync"); }
+template <typename T> static inline T __shfl_sync(unsigned, T, int, int = WARP_SIZE) { turbo_host_unreachable("__shfl_sync"); }
 static inline void __syncthreads() { turbo_host_unreachable("__syncthreads"); }
 static inline void ggml_cuda_pdl_sync() {}
+static inline void ggml_cuda_pdl_lc() {}

@@ -46,6 +46,8 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0> {
     static_assert(levels == GGML_TURBO4_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo4_c[i]; }
     static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo4_b[i]; }
+    // boundary i as an immediate (i a compile-time constant)
+    static constexpr __host__ __device__ float b_imm(const int i) { constexpr float t[] = GGML_TURBO4_BOUNDARIES; return t[i]; }
 };
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO3_0> {
     typedef block_turbo3_0 block;
@@ -54,6 +56,8 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO3_0> {
     static_assert(levels == GGML_TURBO3_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo3_c[i]; }
     static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo3_b[i]; }
+    // boundary i as an immediate (i a compile-time constant)
+    static constexpr __host__ __device__ float b_imm(const int i) { constexpr float t[] = GGML_TURBO3_BOUNDARIES; return t[i]; }
 };
 template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
     typedef block_turbo2_0 block;
@@ -62,6 +66,8 @@ template <> struct ggml_cuda_turbo_traits<GGML_TYPE_TURBO2_0> {
     static_assert(levels == GGML_TURBO2_LEVELS, "codebook size");
     static __device__ __forceinline__ float c(const int i) { return ggml_cuda_turbo2_c[i]; }
     static __device__ __forceinline__ float b(const int i) { return ggml_cuda_turbo2_b[i]; }
+    // boundary i as an immediate (i a compile-time constant)
+    static constexpr __host__ __device__ float b_imm(const int i) { constexpr float t[] = GGML_TURBO2_BOUNDARIES; return t[i]; }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -264,15 +270,54 @@ static __device__ void quantize_f32_turbo2_0_block(const float * __restrict__ x,
     quantize_f32_turbo_block<GGML_TYPE_TURBO2_0>(x, y);
 }
 
-// The same encoder with nwarps (1 or 4) warps per block, for SET_ROWS (the cache write of
-// every token): in each warp, lane 8g + l holds column l (elements l, l+8, ..., l+56) and
-// scores candidate 4(p*nwarps + w) + g in pass p (w: the warp); the canonical sum's tree runs
-// across the 8 lanes of a group with shuffles (IEEE addition is commutative, so both lanes of
-// a pair get the same sum). The best is the highest score, the smallest candidate among
-// equal ones (the CPU's sequential loop keeps the first strictly greater), so the order in
-// which groups and warps are compared does not matter. Bit-exact with the one-thread encoder.
-// One warp runs the 16 candidates in 4 dependent passes; four warps run one pass each and
-// meet in shared memory -- the latency that matters when a decoding step writes a few blocks.
+// The codebook for the warp encoder, held by the lanes instead of memory: lane j (mod 16)
+// holds decision boundary j and centroid j, and a lookup is a shuffle. A binary search over
+// __device__ tables made each step a dependent global load (the first of a launch from L2),
+// and a decoding step's cache write of a few blocks waited on that chain.
+struct ggml_cuda_turbo_lane_tables {
+    float b;  // boundary lane % 16 (lanes past the last boundary repeat it)
+    float c;  // centroid lane % 16 (lanes past the last centroid repeat it)
+};
+
+template <ggml_type type>
+static __device__ __forceinline__ ggml_cuda_turbo_lane_tables ggml_cuda_turbo_load_lane_tables(const int lane) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    const int j = lane % 16;
+    return { tt::b(j < tt::levels - 1 ? j : tt::levels - 2), tt::c(j < tt::levels ? j : tt::levels - 1) };
+}
+
+// Nearest centroid index of v (the number of boundaries strictly below it; 0 for NaN): the
+// answer of ggml_cuda_turbo_nearest, by the same comparisons. The first step compares with
+// the middle boundary and the second with one of two boundaries (immediates and a select),
+// the others with a boundary shuffled from the lane that holds it. Every lane of the warp
+// must call it (shuffles).
+template <ggml_type type>
+static __device__ __forceinline__ int ggml_cuda_turbo_nearest_lanes(const float v, const float tb) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    constexpr int L = tt::levels;
+    int i = ggml_cuda_turbo_gt(v, tt::b_imm(L/2 - 1)) ? L/2 : 0;
+#pragma unroll
+    for (int step = L/4; step >= 1; step /= 2) {
+        const float t = step == L/4 ? (i != 0 ? tt::b_imm(L/2 + L/4 - 1) : tt::b_imm(L/4 - 1))
+                                    : __shfl_sync(0xFFFFFFFF, tb, i + step - 1, WARP_SIZE);
+        i += ggml_cuda_turbo_gt(v, t) ? step : 0;
+    }
+    return i;
+}
+
+// The warp encoder, for SET_ROWS (the cache write of every token), nwarps (1 or 4) warps per
+// block: in each warp, lane 8g + l holds column l (elements l, l+8, ..., l+56) and scores
+// candidate 4(p*nwarps + w) + g in pass p (w: the warp); the canonical sum's tree runs across
+// the 8 lanes of a group with shuffles (IEEE addition is commutative, so both lanes of a pair
+// get the same sum). The best is the highest score, the smallest candidate among equal ones
+// (the CPU's sequential loop keeps the first strictly greater), so the order in which groups
+// and warps are compared does not matter. Bit-exact with the one-thread encoder. One warp
+// runs the 16 candidates in 4 dependent passes (prefill: many blocks per SM); four warps run
+// one pass each and meet in shared memory (decoding: a few blocks per token and layer, where
+// the chain of dependent steps is the time). For that chain: the codebook sits in the lanes
+// (ggml_cuda_turbo_lane_tables), the values the pack needs are loaded with the block, a
+// candidate's scale travels with its score (no table read at the end), and no shuffle sits in
+// a branch (the search runs for an all-zero block too, and its result is then ignored).
 
 // canonical total of acc[l] held by lanes 8g + l; every lane of the group gets it
 static __device__ __forceinline__ float ggml_cuda_turbo_tree_lanes(const float v) {
@@ -281,14 +326,147 @@ static __device__ __forceinline__ float ggml_cuda_turbo_tree_lanes(const float v
     return ggml_cuda_turbo_add(b, __shfl_xor_sync(0xFFFFFFFF, b, 1, WARP_SIZE));
 }
 
-// candidate (score, dot, den, k) o replaces best when it scores higher, or equal with a smaller k
+// candidate (score, k) o replaces best when it scores higher, or equal with a smaller k
 // (k < 0: no candidate; a NaN score never wins, as in the CPU's loop)
 static __device__ __forceinline__ bool ggml_cuda_turbo_better(const float o_score, const int o_k, const float score, const int k) {
     return ggml_cuda_turbo_gt(o_score, score) || (o_score == score && o_k >= 0 && (k < 0 || o_k < k));
 }
 
+struct ggml_cuda_turbo_best {
+    float score, dot, den;
+    float s;  // the candidate's inverse scale, inv * grid[k]
+    int   k;  // -1: none
+};
+
+static __device__ __forceinline__ void ggml_cuda_turbo_take_better(ggml_cuda_turbo_best & best, const ggml_cuda_turbo_best & o) {
+    if (ggml_cuda_turbo_better(o.score, o.k, best.score, best.k)) {
+        best = o;
+    }
+}
+
 template <ggml_type type, int nwarps>
 static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
+    static_assert(nwarps == 1 || nwarps == 4, "1 or 4 warps per block");
+    constexpr int passes = GGML_TURBO_SEARCH_STEPS/(4*nwarps);
+    static_assert(passes*4*nwarps == GGML_TURBO_SEARCH_STEPS, "candidates per pass");
+    // what a lane packs besides its column: turbo4 x[lane + 32q], turbo2 x[lane % 16 + 16q]
+    // (turbo3 packs the column it holds)
+    constexpr int npack = type == GGML_TYPE_TURBO4_0 ? 2 : type == GGML_TYPE_TURBO2_0 ? 4 : 0;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int w    = nwarps == 1 ? 0 : threadIdx.x / WARP_SIZE;
+    const int l    = lane % 8;
+    const int g    = lane / 8;
+
+    const ggml_cuda_turbo_lane_tables tab = ggml_cuda_turbo_load_lane_tables<type>(lane);
+    float grid[passes];
+#pragma unroll
+    for (int p = 0; p < passes; ++p) {
+        grid[p] = ggml_cuda_turbo_inv_grid[4*(p*nwarps + w) + g];
+    }
+    float xc[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        xc[r] = x[8*r + l];
+    }
+    float xp[npack > 0 ? npack : 1];
+#pragma unroll
+    for (int q = 0; q < npack; ++q) {
+        xp[q] = type == GGML_TYPE_TURBO4_0 ? x[lane + 32*q] : x[lane % 16 + 16*q];
+    }
+
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        acc = ggml_cuda_turbo_add(acc, ggml_cuda_turbo_mul(xc[r], xc[r]));
+    }
+    const float n   = ggml_cuda_turbo_sqrt(ggml_cuda_turbo_tree_lanes(acc));  // the same in every lane and warp
+    const float inv = n == 0.0f ? 0.0f : ggml_cuda_turbo_div(1.0f, n);
+
+    ggml_cuda_turbo_best best = { -1.0f, 0.0f, 1.0f, 0.0f, -1 };
+#pragma unroll
+    for (int p = 0; p < passes; ++p) {
+        const float s = ggml_cuda_turbo_mul(inv, grid[p]);
+        float acc_dot = 0.0f, acc_den = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const int   i = ggml_cuda_turbo_nearest_lanes<type>(ggml_cuda_turbo_mul(xc[r], s), tab.b);
+            const float c = __shfl_sync(0xFFFFFFFF, tab.c, i, WARP_SIZE);
+            acc_dot = ggml_cuda_turbo_add(acc_dot, ggml_cuda_turbo_mul(xc[r], c));
+            acc_den = ggml_cuda_turbo_add(acc_den, ggml_cuda_turbo_mul(c, c));
+        }
+        ggml_cuda_turbo_best o;
+        o.dot   = ggml_cuda_turbo_tree_lanes(acc_dot);
+        o.den   = ggml_cuda_turbo_tree_lanes(acc_den);
+        o.score = ggml_cuda_turbo_div(ggml_cuda_turbo_mul(o.dot, o.dot), o.den);
+        o.s     = s;
+        o.k     = 4*(p*nwarps + w) + g;
+        ggml_cuda_turbo_take_better(best, o);
+    }
+    // groups g = 0..3 -> the warp's best
+#pragma unroll
+    for (int off = 8; off < WARP_SIZE; off <<= 1) {
+        ggml_cuda_turbo_best o;
+        o.score = __shfl_xor_sync(0xFFFFFFFF, best.score, off, WARP_SIZE);
+        o.dot   = __shfl_xor_sync(0xFFFFFFFF, best.dot,   off, WARP_SIZE);
+        o.den   = __shfl_xor_sync(0xFFFFFFFF, best.den,   off, WARP_SIZE);
+        o.s     = __shfl_xor_sync(0xFFFFFFFF, best.s,     off, WARP_SIZE);
+        o.k     = __shfl_xor_sync(0xFFFFFFFF, best.k,     off, WARP_SIZE);
+        ggml_cuda_turbo_take_better(best, o);
+    }
+    if constexpr (nwarps > 1) {
+        // warps -> warp 0, which writes the block
+        __shared__ ggml_cuda_turbo_best sh_best[nwarps];
+        if (lane == 0) {
+            sh_best[w] = best;
+        }
+        __syncthreads();
+        if (w != 0) {
+            return;
+        }
+#pragma unroll
+        for (int o = 1; o < nwarps; ++o) {
+            ggml_cuda_turbo_take_better(best, sh_best[o]);
+        }
+    }
+
+    float d = 0.0f;
+    float s = 0.0f;  // n == 0: every index is the one nearest 0
+    if (n != 0.0f) {
+        d = ggml_cuda_turbo_clamp_scale(ggml_cuda_turbo_div(best.dot, best.den));
+        s = best.k >= 0 ? best.s : 0.0f;
+    }
+    const bool nan_block = n != 0.0f && best.k < 0;  // the CPU keeps indices 0 and d = 0/1
+    if (lane == 0) {
+        y->d = __float2half_rn(d);
+    }
+    auto index = [&](const float v) {  // every lane calls it (shuffles)
+        const int i = ggml_cuda_turbo_nearest_lanes<type>(ggml_cuda_turbo_mul(v, s), tab.b);
+        return nan_block ? 0 : i;
+    };
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        y->qs[lane] = (uint8_t) (index(xp[0]) | (index(xp[1]) << 4));
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+        uint32_t wd = 0;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            wd |= (uint32_t) index(xc[r]) << (3*r);
+        }
+        if (lane < 8) {
+            y->qs[l]      = (uint8_t) (wd & 0xFF);
+            y->qs[l + 8]  = (uint8_t) ((wd >> 8) & 0xFF);
+            y->qs[l + 16] = (uint8_t) (wd >> 16);
+        }
+    } else {
+        const int q = index(xp[0]) | (index(xp[1]) << 2) | (index(xp[2]) << 4) | (index(xp[3]) << 6);
+        if (lane < 16) {
+            y->qs[lane] = (uint8_t) q;
+        }
+    }
+}
+
+// Session 8's warp encoder (tables in __device__ memory), kept for this build's A/B only
+template <ggml_type type, int nwarps>
+static __device__ void quantize_f32_turbo_block_warps_mem(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
     static_assert(nwarps == 1 || nwarps == 4, "1 or 4 warps per block");
     constexpr int passes = GGML_TURBO_SEARCH_STEPS/(4*nwarps);
     static_assert(passes*4*nwarps == GGML_TURBO_SEARCH_STEPS, "candidates per pass");
@@ -397,7 +575,7 @@ static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__
 #ifndef GGML_CUDA_TURBO_HOST_CHECK  // tests/cuda_host runs the device functions on the CPU, without the kernels
 // SET_ROWS f32 -> turbo, nwarps warps per 64-value block (blocks per CTA: 4/nwarps); the
 // index arithmetic is set-rows.cu's
-template <typename idx_t, ggml_type type, int nwarps>
+template <typename idx_t, ggml_type type, int nwarps, bool mem>
 static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const idx_t * __restrict__ src1,
         char * __restrict__ dst, const int64_t ne_total,
         const int64_t s01, const int64_t s02, const int64_t s03, const int64_t s10, const int64_t s11, const int64_t s12,
@@ -423,9 +601,14 @@ static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const i
 
     ggml_cuda_pdl_sync();
     const int64_t dst_row = src1[i01*s10 + i11*s11 + i12*s12];
+    ggml_cuda_pdl_lc();  // the next kernel may start its prologue; its ggml_cuda_pdl_sync waits for this grid
     const float * src_block = src0 + i01*s01 + i02*s02 + i03*s03 + i00;
     block * dst_block = (block *) (dst + dst_row*s1 + i02*s2 + i03*s3) + i00 / QK_TURBO;
-    quantize_f32_turbo_block_warps<type, nwarps>(src_block, dst_block);
+    if constexpr (mem) {
+        quantize_f32_turbo_block_warps_mem<type, nwarps>(src_block, dst_block);
+    } else {
+        quantize_f32_turbo_block_warps<type, nwarps>(src_block, dst_block);
+    }
 }
 
 // Host side of SET_ROWS into a turbo tensor (called from set-rows.cu). Strides in bytes as
@@ -453,9 +636,13 @@ static void ggml_cuda_turbo_set_rows(const ggml_tensor * src0, const ggml_tensor
     const idx_t * src1_d = (const idx_t *) src1->data;
     const int64_t s01 = nb01/sizeof(float), s02 = nb02/sizeof(float), s03 = nb03/sizeof(float);
     const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
+    // session 9 A/B (this build only): GGML_CUDA_TURBO_SET_ROWS_MEM=1 runs session 8's encoder
+    static const bool mem = getenv("GGML_CUDA_TURBO_SET_ROWS_MEM") != nullptr && atoi(getenv("GGML_CUDA_TURBO_SET_ROWS_MEM")) != 0;
+    const ggml_cuda_kernel_launch_params launch_params((int) n_cta, warps_per_cta*WARP_SIZE, 0, stream);
 #define TURBO_SET_ROWS_LAUNCH(T) \
-    (spread ? k_set_rows_turbo<idx_t, T, warps_per_cta> : k_set_rows_turbo<idx_t, T, 1>) \
-        <<<(int) n_cta, warps_per_cta*WARP_SIZE, 0, stream>>>(src0_d, src1_d, (char *) dst->data, ne_total, \
+    ggml_cuda_kernel_launch(spread ? (mem ? k_set_rows_turbo<idx_t, T, warps_per_cta, true> : k_set_rows_turbo<idx_t, T, warps_per_cta, false>) \
+                                   : (mem ? k_set_rows_turbo<idx_t, T, 1, true> : k_set_rows_turbo<idx_t, T, 1, false>), launch_params, \
+        src0_d, src1_d, (char *) dst->data, ne_total, \
         s01, s02, s03, s10, s11, s12, nb1, nb2, nb3, ne00_fd, ne01_fd, ne02_fd, ne11_fd, ne12_fd)
     switch (dst->type) {
         case GGML_TYPE_TURBO4_0: TURBO_SET_ROWS_LAUNCH(GGML_TYPE_TURBO4_0); break;
@@ -532,28 +719,35 @@ static constexpr __host__ __device__ int ggml_cuda_turbo_fa_gqa_max(const int D,
     return !(ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo(type_V)) ? 1 : D <= 64 ? 4 : D <= 128 ? 2 : 1;
 }
 
-// GGML_CUDA_TURBO_FA_GQA=N (runtime, read once): at most N Q heads per block, 1 = upstream's one
-// head per block; for measuring the grouping against no grouping with one build (as upstream's
-// GGML_CUDA_DISABLE_GRAPHS). Unset: no cap. A value other than 1..4 is reported and not applied.
-static int ggml_cuda_turbo_fa_gqa_env_cap() {
-    static const int cap = [] {
+// GGML_CUDA_TURBO_FA_GQA=N (runtime, read once): the largest G <= N that divides the gqa
+// ratio, whatever the grid (1 = upstream's one head per block; 4 = the most the kernel has);
+// for measuring one build with and without the grouping (as upstream's
+// GGML_CUDA_DISABLE_GRAPHS) and for checking the grouped kernels on small cases. Unset (0
+// here): G by the wave rule below. A value other than 1..4 is reported and not applied.
+static int ggml_cuda_turbo_fa_gqa_env() {
+    static const int n = [] {
         const char * s = getenv("GGML_CUDA_TURBO_FA_GQA");
         if (s == nullptr) {
-            return 4;
+            return 0;
         }
         char * end = nullptr;
         const long v = strtol(s, &end, 10);
         if (end == s || *end != '\0' || v < 1 || v > 4) {
             GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_GQA=%s is not one of 1, 2, 3, 4; not applied\n", __func__, s);
-            return 4;
+            return 0;
         }
         return (int) v;
     }();
-    return cap;
+    return n;
 }
 
-// G for one FLASH_ATTN_EXT node (dst): the largest G <= ggml_cuda_turbo_fa_gqa_max (and the
-// GGML_CUDA_TURBO_FA_GQA cap) dividing its gqa ratio, 1 if none
+// G for one FLASH_ATTN_EXT node (dst): the largest G <= ggml_cuda_turbo_fa_gqa_max that divides
+// its gqa ratio and still gives the kernel a full wave of blocks, 1 if none. Grouping saves
+// decode work but divides the grid by G; launch_fattn splits the KV length into at most
+// n_kv/D parallel blocks per column, so a short cache (one sequence at small depth: n_kv 256,
+// 4 parts, 3 blocks of SmolLM2's 3 KV heads at G = 3) leaves the GPU nearly empty, and the
+// kernel's time is then one block's latency, which grows with G. A wave here is nsm times the
+// kernel's minimum resident blocks per SM (its __launch_bounds__).
 static inline int ggml_cuda_turbo_fa_gqa_cols(const int D, const ggml_type type_K, const ggml_type type_V, const ggml_tensor * dst) {
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
@@ -564,9 +758,13 @@ static inline int ggml_cuda_turbo_fa_gqa_cols(const int D, const ggml_type type_
         return 1;
     }
     const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
-    const int G_max = ggml_cuda_turbo_fa_gqa_max(D, type_K, type_V);
-    for (int G = G_max < ggml_cuda_turbo_fa_gqa_env_cap() ? G_max : ggml_cuda_turbo_fa_gqa_env_cap(); G > 1; --G) {
-        if (gqa_ratio % G == 0) {
+    const int env       = ggml_cuda_turbo_fa_gqa_env();
+    const int G_max     = ggml_cuda_turbo_fa_gqa_max(D, type_K, type_V);
+    const int64_t ntiles_KV = (K->ne[1] + D - 1) / D;
+    const int64_t nsm       = ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+    for (int G = env > 0 && env < G_max ? env : G_max; G > 1; --G) {
+        const int64_t blocks = (Q->ne[2] / G) * Q->ne[3] * ntiles_KV;
+        if (gqa_ratio % G == 0 && (env > 0 || blocks >= nsm * ggml_cuda_turbo_fa_min_blocks(D, G, type_K, type_V))) {
             return G;
         }
     }
