@@ -13,6 +13,9 @@ thread at a time, on random blocks (every index value, scales from subnormal to 
   dp4a with q8_1 Q) summed over the threads of a row, at head dims 64/128/256 and 2, 4, 8 and
   16 and 32 threads per row (up to D/4), against the same sum in float64.
 
+And one host-side choice: ggml_cuda_turbo_fa_gqa_cols, the Q heads per block of the FA vector
+kernel (grouped only when the grid still fills a wave of the GPU; the GGML_CUDA_TURBO_FA_GQA knob).
+
 The kernels themselves (launch shapes, shared memory, the upstream kernel around these
 functions) are checked on the GPU machine (scripts/device_cuda.sh, docs/CUDA.md).
 """
@@ -119,3 +122,43 @@ def test_cuda_turbo_device_functions_match_the_reference(harness, name, tmp_path
         for nt in (t for t in THREADS if t <= dim // 4):
             err = np.abs(got[(dim, nt)] - want)
             assert np.all(err <= 2e-6 * scale + 1e-30), (dim, nt, float((err / np.maximum(scale, 1e-30)).max()))
+
+
+@pytest.mark.parametrize("case, want", [
+    # SmolLM2-135M (head dim 64, 9 Q heads, 3 KV heads), one sequence, H200 (132 SMs): at
+    # small depth the grid of 3 blocks x 4 KV parts would leave the GPU empty -> no grouping;
+    # at 8K and 32K the grouped grid still fills a wave (132 x 2 blocks) -> G = 3
+    (("64", "turbo4_0", "turbo4_0", "9", "3", "256", "1", "132"), 1),
+    (("64", "turbo4_0", "turbo4_0", "9", "3", "8448", "1", "132"), 3),
+    (("64", "turbo4_0", "turbo4_0", "9", "3", "32896", "1", "132"), 3),
+    (("64", "q8_0", "turbo4_0", "9", "3", "32896", "1", "132"), 3),
+    # 64 sequences of 4K in their own streams: G = 3 even at n_kv 4224
+    (("64", "turbo4_0", "turbo4_0", "9", "3", "4224", "64", "132"), 3),
+    # the FA micro-benchmark case (hd 128, 8 KV heads, GQA 4, KV 32768): G = 2 (the most at hd 128)
+    (("128", "turbo4_0", "turbo4_0", "32", "8", "32768", "1", "132"), 2),
+    # a smaller GPU fills sooner: 20 SMs -> G = 3 at 2K already, not at 256
+    (("64", "turbo3_0", "turbo3_0", "9", "3", "2048", "1", "20"), 3),
+    (("64", "turbo3_0", "turbo3_0", "9", "3", "256", "1", "20"), 1),
+    # head dim 256 (Gemma-3), no turbo side, ALiBi: never grouped
+    (("256", "turbo4_0", "turbo4_0", "4", "1", "32768", "1", "132"), 1),
+    (("64", "f16", "q8_0", "9", "3", "32896", "1", "132"), 1),
+    (("64", "turbo4_0", "turbo4_0", "9", "3", "32896", "1", "132", "8.0"), 1),
+    # GQA 8 at head dim 64: the largest divisor <= 4
+    (("64", "turbo4_0", "turbo4_0", "64", "8", "7680", "1", "132"), 4),
+])
+def test_cuda_fa_grouping_needs_a_full_wave(harness, case, want):
+    """ggml_cuda_turbo_fa_gqa_cols: Q heads per block of the FA vector kernel (docs/CUDA.md)."""
+    r = subprocess.run([str(harness), "gqa", *case], capture_output=True, text=True, env={})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == want
+
+
+@pytest.mark.parametrize("env, n_kv, want", [("1", "32896", 1), ("4", "256", 3), ("2", "256", 1), ("9", "256", 1)])
+def test_cuda_fa_grouping_knob(harness, env, n_kv, want):
+    """GGML_CUDA_TURBO_FA_GQA=N: the largest G <= N dividing the GQA ratio, whatever the grid
+    (SmolLM2's ratio 3: N = 2 gives 1); a value outside 1..4 is reported and the rule applies."""
+    r = subprocess.run([str(harness), "gqa", "64", "turbo4_0", "turbo4_0", "9", "3", n_kv, "1", "132"],
+                       capture_output=True, text=True, env={"GGML_CUDA_TURBO_FA_GQA": env})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == want
+    assert ("not one of 1, 2, 3, 4" in r.stderr) == (env == "9")

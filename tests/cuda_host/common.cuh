@@ -123,3 +123,11 @@ template <typename T> static inline T __shfl_sync(unsigned, T, int, int = WARP_S
 static inline void __syncthreads() { turbo_host_unreachable("__syncthreads"); }
 static inline void ggml_cuda_pdl_sync() {}
 static inline void ggml_cuda_pdl_lc() {}
+
+// ggml-cuda's device table as far as turbo.cuh reads it: one device, nsm multiprocessors
+// (132 as an H200 unless the caller sets it)
+struct turbo_host_device_info { int nsm = 132; };
+struct turbo_host_cuda_info { turbo_host_device_info devices[1]; };
+inline turbo_host_cuda_info turbo_host_info;
+static inline turbo_host_cuda_info & ggml_cuda_info() { return turbo_host_info; }
+static inline int ggml_cuda_get_device() { return 0; }

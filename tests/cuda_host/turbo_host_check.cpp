@@ -89,7 +89,29 @@ static void run(const int nblk, const uint8_t * blocks, const int8_t * q, const 
     per_d(std::integral_constant<int, 256>());
 }
 
+// gqa D K_TYPE V_TYPE Q_HEADS KV_HEADS N_KV STREAMS NSM [MAX_BIAS]: the Q heads per block that
+// the FA vector kernel would take at one query (ggml_cuda_turbo_fa_gqa_cols), printed
+static int gqa(char ** argv) {
+    auto type = [](const std::string & t) {
+        return t == "turbo4_0" ? GGML_TYPE_TURBO4_0 : t == "turbo3_0" ? GGML_TYPE_TURBO3_0 : t == "turbo2_0" ? GGML_TYPE_TURBO2_0 :
+               t == "q8_0" ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+    };
+    const int D = atoi(argv[2]);
+    ggml_tensor Q = {}, K = {}, dst = {};
+    Q.ne[0] = D; Q.ne[1] = 1; Q.ne[2] = atoi(argv[5]); Q.ne[3] = atoi(argv[8]);
+    K.ne[0] = D; K.ne[1] = atoi(argv[7]); K.ne[2] = atoi(argv[6]); K.ne[3] = Q.ne[3];
+    dst.src[0] = &Q; dst.src[1] = &K;
+    const float params[3] = { 1.0f, argv[10] ? (float) atof(argv[10]) : 0.0f, 0.0f };  // scale, max_bias, softcap
+    memcpy(dst.op_params, params, sizeof(params));
+    turbo_host_info.devices[0].nsm = atoi(argv[9]);
+    printf("%d\n", ggml_cuda_turbo_fa_gqa_cols(D, type(argv[3]), type(argv[4]), &dst));
+    return 0;
+}
+
 int main(int argc, char ** argv) {
+    if (argc >= 10 && std::string(argv[1]) == "gqa") {
+        return gqa(argv);
+    }
     if (argc != 5) {
         fprintf(stderr, "usage: %s turbo4_0|turbo3_0|turbo2_0 NBLK IN OUT\n", argv[0]);
         return 2;

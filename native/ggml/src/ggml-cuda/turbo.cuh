@@ -464,118 +464,10 @@ static __device__ void quantize_f32_turbo_block_warps(const float * __restrict__
     }
 }
 
-// Session 8's warp encoder (tables in __device__ memory), kept for this build's A/B only
-template <ggml_type type, int nwarps>
-static __device__ void quantize_f32_turbo_block_warps_mem(const float * __restrict__ x, typename ggml_cuda_turbo_traits<type>::block * __restrict__ y) {
-    static_assert(nwarps == 1 || nwarps == 4, "1 or 4 warps per block");
-    constexpr int passes = GGML_TURBO_SEARCH_STEPS/(4*nwarps);
-    static_assert(passes*4*nwarps == GGML_TURBO_SEARCH_STEPS, "candidates per pass");
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int w    = nwarps == 1 ? 0 : threadIdx.x / WARP_SIZE;
-    const int l    = lane % 8;
-    const int g    = lane / 8;
-
-    float xc[8];
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-        xc[r] = x[8*r + l];
-    }
-    float acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-        acc = ggml_cuda_turbo_add(acc, ggml_cuda_turbo_mul(xc[r], xc[r]));
-    }
-    const float n   = ggml_cuda_turbo_sqrt(ggml_cuda_turbo_tree_lanes(acc));  // the same in every warp
-    const float inv = n == 0.0f ? 0.0f : ggml_cuda_turbo_div(1.0f, n);
-
-    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
-    int   best_k     = -1;
-    if (n != 0.0f) {
-#pragma unroll
-        for (int p = 0; p < passes; ++p) {
-            const int   k = 4*(p*nwarps + w) + g;
-            const float s = ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[k]);
-            float acc_dot = 0.0f, acc_den = 0.0f;
-#pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                const float c = ggml_cuda_turbo_traits<type>::c(ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(xc[r], s)));
-                acc_dot = ggml_cuda_turbo_add(acc_dot, ggml_cuda_turbo_mul(xc[r], c));
-                acc_den = ggml_cuda_turbo_add(acc_den, ggml_cuda_turbo_mul(c, c));
-            }
-            const float dot   = ggml_cuda_turbo_tree_lanes(acc_dot);
-            const float den   = ggml_cuda_turbo_tree_lanes(acc_den);
-            const float score = ggml_cuda_turbo_div(ggml_cuda_turbo_mul(dot, dot), den);
-            if (ggml_cuda_turbo_better(score, k, best_score, best_k)) {
-                best_score = score; best_dot = dot; best_den = den; best_k = k;
-            }
-        }
-        // groups g = 0..3 -> the warp's best
-#pragma unroll
-        for (int off = 8; off < WARP_SIZE; off <<= 1) {
-            const float o_score = __shfl_xor_sync(0xFFFFFFFF, best_score, off, WARP_SIZE);
-            const float o_dot   = __shfl_xor_sync(0xFFFFFFFF, best_dot,   off, WARP_SIZE);
-            const float o_den   = __shfl_xor_sync(0xFFFFFFFF, best_den,   off, WARP_SIZE);
-            const int   o_k     = __shfl_xor_sync(0xFFFFFFFF, best_k,     off, WARP_SIZE);
-            if (ggml_cuda_turbo_better(o_score, o_k, best_score, best_k)) {
-                best_score = o_score; best_dot = o_dot; best_den = o_den; best_k = o_k;
-            }
-        }
-    }
-    if constexpr (nwarps > 1) {
-        // warps -> warp 0, which writes the block
-        __shared__ float sh_score[nwarps], sh_dot[nwarps], sh_den[nwarps];
-        __shared__ int   sh_k[nwarps];
-        if (lane == 0) {
-            sh_score[w] = best_score; sh_dot[w] = best_dot; sh_den[w] = best_den; sh_k[w] = best_k;
-        }
-        __syncthreads();
-        if (w != 0) {
-            return;
-        }
-#pragma unroll
-        for (int o = 1; o < nwarps; ++o) {
-            if (ggml_cuda_turbo_better(sh_score[o], sh_k[o], best_score, best_k)) {
-                best_score = sh_score[o]; best_dot = sh_dot[o]; best_den = sh_den[o]; best_k = sh_k[o];
-            }
-        }
-    }
-
-    float d = 0.0f;
-    float s = 0.0f;  // n == 0: every index is the one nearest 0
-    if (n != 0.0f) {
-        d = ggml_cuda_turbo_div(best_dot, best_den);
-        d = ggml_cuda_turbo_clamp_scale(d);
-        s = best_k >= 0 ? ggml_cuda_turbo_mul(inv, ggml_cuda_turbo_inv_grid[best_k]) : 0.0f;
-    }
-    const bool nan_block = n != 0.0f && best_k < 0;  // the CPU keeps indices 0 and d = 0/1
-    if (lane == 0) {
-        y->d = __float2half_rn(d);
-    }
-    auto index = [&](const float v) { return nan_block ? 0 : ggml_cuda_turbo_nearest<type>(ggml_cuda_turbo_mul(v, s)); };
-    if constexpr (type == GGML_TYPE_TURBO4_0) {
-        y->qs[lane] = (uint8_t) (index(x[lane]) | (index(x[lane + 32]) << 4));
-    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
-        if (lane < 8) {
-            uint32_t wd = 0;
-#pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                wd |= (uint32_t) index(xc[r]) << (3*r);
-            }
-            y->qs[l]      = (uint8_t) (wd & 0xFF);
-            y->qs[l + 8]  = (uint8_t) ((wd >> 8) & 0xFF);
-            y->qs[l + 16] = (uint8_t) (wd >> 16);
-        }
-    } else {
-        if (lane < 16) {
-            y->qs[lane] = (uint8_t) (index(x[lane]) | (index(x[lane + 16]) << 2) | (index(x[lane + 32]) << 4) | (index(x[lane + 48]) << 6));
-        }
-    }
-}
-
 #ifndef GGML_CUDA_TURBO_HOST_CHECK  // tests/cuda_host runs the device functions on the CPU, without the kernels
 // SET_ROWS f32 -> turbo, nwarps warps per 64-value block (blocks per CTA: 4/nwarps); the
 // index arithmetic is set-rows.cu's
-template <typename idx_t, ggml_type type, int nwarps, bool mem>
+template <typename idx_t, ggml_type type, int nwarps>
 static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const idx_t * __restrict__ src1,
         char * __restrict__ dst, const int64_t ne_total,
         const int64_t s01, const int64_t s02, const int64_t s03, const int64_t s10, const int64_t s11, const int64_t s12,
@@ -604,11 +496,7 @@ static __global__ void k_set_rows_turbo(const float * __restrict__ src0, const i
     ggml_cuda_pdl_lc();  // the next kernel may start its prologue; its ggml_cuda_pdl_sync waits for this grid
     const float * src_block = src0 + i01*s01 + i02*s02 + i03*s03 + i00;
     block * dst_block = (block *) (dst + dst_row*s1 + i02*s2 + i03*s3) + i00 / QK_TURBO;
-    if constexpr (mem) {
-        quantize_f32_turbo_block_warps_mem<type, nwarps>(src_block, dst_block);
-    } else {
-        quantize_f32_turbo_block_warps<type, nwarps>(src_block, dst_block);
-    }
+    quantize_f32_turbo_block_warps<type, nwarps>(src_block, dst_block);
 }
 
 // Host side of SET_ROWS into a turbo tensor (called from set-rows.cu). Strides in bytes as
@@ -636,12 +524,9 @@ static void ggml_cuda_turbo_set_rows(const ggml_tensor * src0, const ggml_tensor
     const idx_t * src1_d = (const idx_t *) src1->data;
     const int64_t s01 = nb01/sizeof(float), s02 = nb02/sizeof(float), s03 = nb03/sizeof(float);
     const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
-    // session 9 A/B (this build only): GGML_CUDA_TURBO_SET_ROWS_MEM=1 runs session 8's encoder
-    static const bool mem = getenv("GGML_CUDA_TURBO_SET_ROWS_MEM") != nullptr && atoi(getenv("GGML_CUDA_TURBO_SET_ROWS_MEM")) != 0;
     const ggml_cuda_kernel_launch_params launch_params((int) n_cta, warps_per_cta*WARP_SIZE, 0, stream);
 #define TURBO_SET_ROWS_LAUNCH(T) \
-    ggml_cuda_kernel_launch(spread ? (mem ? k_set_rows_turbo<idx_t, T, warps_per_cta, true> : k_set_rows_turbo<idx_t, T, warps_per_cta, false>) \
-                                   : (mem ? k_set_rows_turbo<idx_t, T, 1, true> : k_set_rows_turbo<idx_t, T, 1, false>), launch_params, \
+    ggml_cuda_kernel_launch(spread ? k_set_rows_turbo<idx_t, T, warps_per_cta> : k_set_rows_turbo<idx_t, T, 1>, launch_params, \
         src0_d, src1_d, (char *) dst->data, ne_total, \
         s01, s02, s03, s10, s11, s12, nb1, nb2, nb3, ne00_fd, ne01_fd, ne02_fd, ne11_fd, ne12_fd)
     switch (dst->type) {
