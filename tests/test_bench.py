@@ -192,6 +192,7 @@ def test_batched_measures_s_tg_over_every_sequence(smollm2, tmp_path):
     (["-fa", "maybe"], 2, "on, off, auto"),
     (["--batched", "-npl", "1,300"], 2, "at most"),
     (["--batched", "-npp", "0"], 2, ">= 1"),
+    (["--k-center", "sideways"], 2, "sideways"),
 ])
 def test_bad_input_is_refused_before_any_run(smollm2, tmp_path, extra, code, msg):
     out = tmp_path / "b"
@@ -296,3 +297,85 @@ def test_the_cpu_threadpool_llama_bench_attaches_changes_no_result(smollm2):
         assert np.all(np.isfinite(with_pool)) and np.array_equal(with_pool, without)
     finally:
         e.close()
+
+
+# -- K centering and rotation: the settings of ppl and serve ------------------------------
+
+@pytest.mark.engine
+def test_bench_runs_the_k_centering_ppl_and_serve_would_use(model_file, tmp_path):
+    """On Qwen2.5-Coder (keys with a bias) a quantized K gets K centering `full` by default
+    (auto), as in ppl and serve, and the rows, the table and the resume key say so; --k-center
+    off is another measurement (another key), and f16 K stays off under auto."""
+    qwen = model_file("qwen2.5-coder-0.5b")
+    out = tmp_path / "b"
+    args = ["bench", str(qwen), "-ctk", "f16,turbo4", "-ctv", "f16", "-p", "0", "-n", "2", "-r", "1", "-t", "1",
+            "--no-warmup", "--no-plot", "--dir", str(out), "-o", "md"]
+    res = CliRunner().invoke(cli, args, env={"TQGGUF_K_CENTER": None, "LLAMA_K_CENTER": None})
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["type_k"], r["k_center"], r["attn_rotation"]) for r in rows] == [("f16", "off", True), ("turbo4", "full", True)]
+    header = next(x for x in res.output.splitlines() if x.startswith("| model"))
+    assert "k_center" in header and "rot" in header
+    assert re.search(r"\|\s+turbo4\s+\|\s+f16\s+\|\s+full\s+\|\s+1\s+\|", res.output)
+    res2 = CliRunner().invoke(cli, args[:-2] + ["-o", "jsonl", "--k-center", "off", "--no-rot"])
+    assert res2.exit_code == 0, res2.output
+    new = [json.loads(x) for x in res2.output.splitlines() if x.startswith("{")]
+    assert [(r["k_center"], r["attn_rotation"]) for r in new] == [("off", False), ("off", False)]
+    stored = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(stored) == 4 and len({r["key"] for r in stored}) == 4  # measured again, not resumed
+
+
+@pytest.mark.engine
+def test_bench_takes_the_cache_types_from_the_settings_and_refuses_a_bad_one(smollm2, tmp_path):
+    out = tmp_path / "b"
+    args = ["bench", str(smollm2), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--no-warmup", "--no-plot",
+            "--dir", str(out), "-o", "jsonl"]
+    res = CliRunner().invoke(cli, args, env={"TQGGUF_KV_CACHE_TYPE": "q8_0"})
+    assert res.exit_code == 0, res.output
+    row = json.loads(next(x for x in res.output.splitlines() if x.startswith("{")))
+    assert (row["type_k"], row["type_v"]) == ("q8_0", "q8_0")
+    bad = CliRunner().invoke(cli, args, env={"OLLAMA_KV_CACHE_TYPE": "foo"})
+    assert bad.exit_code == 2 and "OLLAMA_KV_CACHE_TYPE" in bad.output, bad.output
+
+
+def test_a_row_after_a_cut_last_line_stays_a_line_of_its_own(tmp_path):
+    """A kill during a write leaves a last line without its newline: it is skipped on resume
+    (that test reruns), and the next row is appended as a line of its own."""
+    f = tmp_path / "results.jsonl"
+    f.write_text(json.dumps({"key": "a", "v": 1}) + "\n" + '{"key": "b", "v"')
+    B._append(f, {"key": "c", "v": 3})
+    lines = f.read_text().splitlines()
+    assert lines[-1] == json.dumps({"key": "c", "v": 3})
+    assert set(B.load_results(f)) == {"a", "c"}
+
+
+@pytest.mark.engine
+def test_ctrl_c_keeps_what_finished_exits_130_and_the_same_command_resumes(smollm2, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "b"
+    cmd = [sys.executable, "-m", "tqgguf", "bench", str(smollm2), "-ctv", "f16,q8_0", "-p", "0", "-n", "8",
+           "-d", "0,16,32,48", "-r", "3", "-t", "1", "--no-plot", "--dir", str(out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        if (out / "results.jsonl").exists() and (out / "results.jsonl").read_text().count("\n") >= 1:
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    kept = len((out / "results.jsonl").read_text().splitlines())
+    assert 1 <= kept < 8
+    assert f"{kept} finished result(s) kept" in err and "resumes" in err and "Aborted" not in err
+    assert (out / "table.md").exists()
+    again = subprocess.run(cmd + ["-o", "jsonl"], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert again.returncode == 0, again.stderr
+    assert len((out / "results.jsonl").read_text().splitlines()) == 8
+    assert again.stderr.count("bench: f16/") == 8 - kept  # only the tests that had not finished ran

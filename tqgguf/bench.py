@@ -31,6 +31,7 @@ tests already there. :func:`markdown`, :func:`csv_text`, :func:`plot` format the
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import random
@@ -42,7 +43,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .cachetypes import FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict
+from .config import parse_k_center
 from .fsutil import sha256_file_cached
+from .kcenter import resolve_auto
 from .kvplan import build_plan, plan_label
 
 #: ``-fa`` values accepted per item, as llama-bench's (on|off|auto and 1|0).
@@ -171,6 +174,8 @@ class BenchSpec:
     out_dir: Path = Path("bench")
     seed: int = 0
     beyond_train: bool = False  # allow depth + tokens > n_ctx_train (speed only; llama-bench never checks)
+    k_center: str = "off"  # the --k-center setting (tqgguf.kcenter), resolved per configuration by open_model
+    rotation: bool = True  # the Hadamard rotation of K/V (--rot/--no-rot)
 
     @property
     def results(self) -> Path:
@@ -288,14 +293,40 @@ def test_key(spec: BenchSpec, model_sha: str, t: Test) -> str:
                  warmup=spec.warmup)
     if t.plan != NO_PLAN:
         parts["plan"] = plan_label(t.plan)
+    parts.update(_center_key(spec, t.ctk, t.plan))
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def resolved_k_center(spec: BenchSpec, ctk: str, plan: tuple[str, str, str] = NO_PLAN) -> str:
+    """The K centering one configuration runs with: ``spec.k_center``, with auto resolved for
+    this model and the K types in use as open_model resolves it (tqgguf.kcenter.resolve_auto).
+    Raises KCenterError / KVPlanError (ValueErrors) for a bad mode or an unreadable model."""
+    return _resolved_k_center(spec.model, spec.k_center, ctk, plan)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved_k_center(model: Path, setting: str, ctk: str, plan: tuple[str, str, str]) -> str:
+    kc = parse_k_center(setting)
+    if kc.mode == "auto":
+        p = _build_plan(model, plan)
+        kc, _ = resolve_auto(model, p.k_types(ctk) if p else {ctk})
+    return str(kc)
+
+
+def _center_key(spec: BenchSpec, ctk: str, plan: tuple[str, str, str]) -> dict:
+    """K centering (resolved) and rotation in a result's key, only when they differ from what
+    every result before them used (off, rotation on): older results, and auto where it means
+    off, keep their keys; auto that means full on a biased model is another measurement."""
+    kc = resolved_k_center(spec, ctk, plan)
+    return ({"k_center": kc} if kc != "off" else {}) | ({"rot": False} if not spec.rotation else {})
 
 
 def batched_key(spec: BenchSpec, model_sha: str, cfg: tuple[str, str, str, tuple[str, str, str]],
                 case: tuple[int, int, int]) -> str:
     plan = [plan_label(cfg[3])] if cfg[3] != NO_PLAN else []
     parts = dict(model=model_sha, cfg=[*cfg[:3], *plan], case=case, b=spec.n_batch, ub=spec.n_ubatch,
-                 t=spec.n_threads, ngl=spec.n_gpu_layers, n_ctx=spec.batched.n_ctx, npl_max=max(spec.batched.npl))
+                 t=spec.n_threads, ngl=spec.n_gpu_layers, n_ctx=spec.batched.n_ctx, npl_max=max(spec.batched.npl),
+                 **_center_key(spec, cfg[0], cfg[3]))
     return "batched-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -314,8 +345,14 @@ def load_results(path: Path) -> dict[str, dict]:
 
 
 def _append(path: Path, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    """One line more in results.jsonl; a last line cut by a kill (no newline) is ended first,
+    so the new row stays a line of its own."""
+    with open(path, "a+b") as f:
+        if f.tell() > 0:
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write((json.dumps(row) + "\n").encode())
         f.flush()
 
 
@@ -586,7 +623,12 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
 
     def opened(cfg):
         return open_model(spec.model, ctk=cfg[0], ctv=cfg[1], flash_attn=cfg[2], n_ctx=256, n_batch=256,
-                          n_threads=spec.n_threads, n_gpu_layers=spec.n_gpu_layers, kv_plan=_build_plan(spec.model, cfg[3]))
+                          n_threads=spec.n_threads, n_gpu_layers=spec.n_gpu_layers, kv_plan=_build_plan(spec.model, cfg[3]),
+                          rotation=spec.rotation, k_center=spec.k_center)
+
+    def facts_of(engine) -> dict:
+        # the K centering this configuration runs with (auto resolved for its K types) and the rotation
+        return {**_model_facts(engine), "k_center": str(engine.k_center), "attn_rotation": spec.rotation}
 
     def named(cfg) -> str:
         return f"{cfg[0]}/{cfg[1]} fa {cfg[2]}" + (f" {plan_label(cfg[3])}" if cfg[3] != NO_PLAN else "")
@@ -603,7 +645,7 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
             continue
         engine = opened(cfg)
         try:
-            facts = _model_facts(engine)
+            facts = facts_of(engine)
             cache = _DepthState()
             for i, (t, k) in enumerate(zip(tests, keys)):
                 if k in done:
@@ -625,7 +667,7 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
                     log(f"{named(cfg)}: batched, {len(todo)} cases, n_ctx {spec.batched.n_ctx}")
                 engine = opened(cfg)
                 try:
-                    _run_batched(spec, engine, cfg, _model_facts(engine), todo, spec.seed,
+                    _run_batched(spec, engine, cfg, facts_of(engine), todo, spec.seed,
                                  lambda c, row: emit(bkeys[c], row, row is None))
                 finally:
                     engine.close()
@@ -653,10 +695,22 @@ def has_plans(rows_or_spec) -> bool:
     return any(r.get("kv_plan") for r in rows_or_spec)
 
 
-def test_columns(rows: list[dict], with_plan: bool | None = None) -> list[tuple[str, int, Callable[[dict], str]]]:
+def has_center(rows_or_spec) -> bool:
+    """Whether the K centering / rotation columns are needed: some row ran with K centering
+    or without the rotation, or (given a BenchSpec) some configuration will
+    (:func:`resolved_k_center`; auto on a model without a K bias is off)."""
+    if isinstance(rows_or_spec, BenchSpec):
+        spec = rows_or_spec
+        return not spec.rotation or any(resolved_k_center(spec, c[0], c[3]) != "off" for c in spec.configs)
+    return any(r.get("k_center", "off") != "off" or r.get("attn_rotation") is False for r in rows_or_spec)
+
+
+def test_columns(rows: list[dict], with_plan: bool | None = None,
+                 with_center: bool | None = None) -> list[tuple[str, int, Callable[[dict], str]]]:
     """llama-bench's markdown columns (header, width: negative = left-aligned, value):
     model, size, params, backend, ngl (GPU backends) or threads (CPU), type_k, type_v,
-    (kv_plan: ours, when ``with_plan``; None = when some row has a plan), fa, test, t/s."""
+    (kv_plan: ours, when ``with_plan``; None = when some row has a plan), (k_center and rot:
+    ours, when ``with_center``; None = :func:`has_center` of the rows), fa, test, t/s."""
     cpu = all(r.get("backends", "CPU") == "CPU" for r in rows) if rows else True
     cols = [("model", -30, lambda r: r["model_type"]), ("size", 10, lambda r: _size(r["model_size"])),
             ("params", 10, lambda r: _params(r["model_n_params"])), ("backend", -10, lambda r: r["backends"])]
@@ -664,6 +718,9 @@ def test_columns(rows: list[dict], with_plan: bool | None = None) -> list[tuple[
     cols += [("type_k", 6, lambda r: r["type_k"]), ("type_v", 6, lambda r: r["type_v"])]
     if has_plans(rows) if with_plan is None else with_plan:
         cols.append(("kv_plan", -24, lambda r: r.get("kv_plan") or "-"))
+    if has_center(rows) if with_center is None else with_center:
+        cols += [("k_center", -8, lambda r: r.get("k_center", "off")),
+                 ("rot", 3, lambda r: "0" if r.get("attn_rotation") is False else "1")]
     cols += [("fa", 3, lambda r: str(r["flash_attn"])), ("test", 15, lambda r: r["test"]),
              ("t/s", 20, lambda r: f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}")]
     return cols
@@ -735,9 +792,11 @@ CSV_BATCHED_FIELDS = ["model_filename", "type_k", "type_v", "n_kv_max", "n_batch
                       "t_tg", "speed_tg", "t", "speed"]
 
 
-def csv_fields(kind: str, with_plan: bool = False) -> list[str]:
-    """The csv columns of a row kind; ``with_plan`` appends ours: kv_plan, bits_per_value."""
-    return (CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS) + (["kv_plan", "bits_per_value"] if with_plan else [])
+def csv_fields(kind: str, with_plan: bool = False, with_center: bool = False) -> list[str]:
+    """The csv columns of a row kind; ``with_plan`` appends ours: kv_plan, bits_per_value;
+    ``with_center``: k_center, attn_rotation."""
+    return ((CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS) + (["kv_plan", "bits_per_value"] if with_plan else [])
+            + (["k_center", "attn_rotation"] if with_center else []))
 
 
 def csv_line(values: list) -> str:
@@ -756,7 +815,7 @@ def csv_text(rows: list[dict]) -> str:
     for kind in ("test", "batched"):
         sel = [r for r in rows if r.get("kind", "test") == kind]
         if sel:
-            fields = csv_fields(kind, has_plans(sel))
+            fields = csv_fields(kind, has_plans(sel), has_center(sel))
             out.append(csv_line(fields))
             out += [csv_line([r.get(f) for f in fields]) for r in sel]
     return "\n".join(out)

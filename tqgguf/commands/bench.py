@@ -7,17 +7,17 @@ from pathlib import Path
 import click
 
 from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
-from .options import check_gpu_layers, gpu_layers_option, kv_plan_options
+from .options import check_gpu_layers, gpu_layers_option, k_center_option, kv_plan_options, rotation_option
 
 _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
 
 
 @click.command(name="bench")
 @click.argument("model")
-@click.option("-ctk", "--ctk", "--cache-type-k", "ctk", metavar="LIST", default="f16", show_default=True,
-              help=f"Comma list of K cache types. {_TYPES}")
-@click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="LIST", default="f16", show_default=True,
-              help="Comma list of V cache types.")
+@click.option("-ctk", "--ctk", "--cache-type-k", "ctk", metavar="LIST", default=None,
+              help=f"Comma list of K cache types (default: the cache_type_k setting, f16). {_TYPES}")
+@click.option("-ctv", "--ctv", "--cache-type-v", "ctv", metavar="LIST", default=None,
+              help="Comma list of V cache types (default: the cache_type_v setting, f16).")
 @click.option("-p", "--n-prompt", "n_prompt", metavar="LIST", default="512", show_default=True,
               help="Comma list of prompt sizes: a ppP test each (0 = no pp test, as llama-bench).")
 @click.option("-n", "--n-gen", "n_gen", metavar="LIST", default="128", show_default=True,
@@ -26,8 +26,11 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
               help="Comma list of depths: tokens in the KV cache (prefilled, untimed) before each test.")
 @click.option("-b", "--batch-size", "n_batch", type=int, default=2048, show_default=True, help="n_batch.")
 @click.option("-ub", "--ubatch-size", "n_ubatch", type=int, default=512, show_default=True, help="n_ubatch.")
-@click.option("-fa", "--flash-attn", "flash_attn", metavar="LIST", default="auto", show_default=True,
-              help="Comma list of on|off|auto (1|0). auto = on; a quantized V needs it.")
+@click.option("-fa", "--flash-attn", "flash_attn", metavar="LIST", default=None,
+              help="Comma list of on|off|auto (1|0). auto = on; a quantized V needs it. "
+                   "Default: the flash_attention setting, auto.")
+@rotation_option()
+@k_center_option()
 @click.option("-r", "--repetitions", "reps", type=int, default=5, show_default=True,
               help="Timed repetitions per test (t/s is their mean ± standard deviation).")
 @click.option("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores).")
@@ -49,18 +52,28 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
               help="Allow depth + tokens beyond the model's training context (refused by default): for speed "
                    "only, the model's outputs there mean nothing. llama-bench does not check.")
 @click.option("--no-plot", is_flag=True, help="Do not write bench.png.")
-def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, reps, threads, n_gpu_layers,
-            kv_boundary, kv_swa, kv_plan, fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train, no_plot):
+def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, rot, k_center, reps, threads,
+            n_gpu_layers, kv_boundary, kv_swa, kv_plan, fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train,
+            no_plot):
     """Tokens per second of MODEL (a GGUF path or a name from `tqgguf models list`) for every
     K x V x fa x layer plan x depth combination, measured the way llama-bench does (pp and
-    tg tests, t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table."""
+    tg tests, t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table.
+    K centering and the rotation are those of `ppl` and `serve` (flag > TQGGUF_* > default)."""
     from .. import bench
+    from ..config import SettingsError, resolve_settings
     from ..kvplan import parse_plan_axes
     from ..models import ModelError, resolve_model
     from ..runtime import EngineError
 
     if threads is not None and threads < 1:
         raise click.UsageError(f"-t {threads}: threads must be >= 1")
+    try:  # the settings model of ppl/serve: also refuses a bad TQGGUF_*/OLLAMA_* value before any run
+        st = resolve_settings({"attn_rotation": rot, "k_center": k_center})
+    except SettingsError as e:
+        raise click.UsageError(str(e)) from e
+    ctk = ctk if ctk is not None else st.cache_type_k
+    ctv = ctv if ctv is not None else st.cache_type_v
+    flash_attn = flash_attn if flash_attn is not None else st.flash_attention
     check_gpu_layers(n_gpu_layers)
     try:
         ks, vs = bench.parse_type_list(ctk, "-ctk"), bench.parse_type_list(ctv, "-ctv")
@@ -78,7 +91,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds, plans),
                                configs=bench.configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
                                n_threads=threads, n_gpu_layers=n_gpu_layers, warmup=not no_warmup, batched=bspec,
-                               beyond_train=beyond_train,
+                               beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
                                out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
         bench.validate(spec)
     except (CacheTypeError, ValueError, ModelError) as e:
@@ -88,6 +101,10 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
 
     state = {"test_header": False, "batched_header": False, "csv": set()}
     with_plan = bench.has_plans(spec)  # the table's columns are fixed before the first row comes
+    try:
+        with_center = bench.has_center(spec)
+    except ValueError as e:  # not a readable GGUF
+        raise click.UsageError(str(e)) from e
     all_rows: list[dict] = []
 
     def show(row: dict, resumed: bool) -> None:
@@ -98,10 +115,10 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         elif fmt == "csv":
             if kind not in state["csv"]:
                 state["csv"].add(kind)
-                click.echo(bench.csv_line(bench.csv_fields(kind, with_plan)))
-            click.echo(bench.csv_line([row.get(f) for f in bench.csv_fields(kind, with_plan)]))
+                click.echo(bench.csv_line(bench.csv_fields(kind, with_plan, with_center)))
+            click.echo(bench.csv_line([row.get(f) for f in bench.csv_fields(kind, with_plan, with_center)]))
         elif kind == "test":
-            cols = bench.test_columns([row], with_plan)
+            cols = bench.test_columns([row], with_plan, with_center)
             if not state["test_header"]:
                 state["test_header"] = True
                 click.echo(bench.markdown_header([row], cols))
@@ -119,6 +136,12 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         rows = bench.run_bench(spec, on_result=show, log=log)
     except (EngineError, EngineNotBuiltError, RuntimeError, OSError) as e:
         raise click.ClickException(str(e)) from e
+    except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
+        if all_rows:
+            (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(all_rows)}\n")
+        click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
+                   f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
+        click.get_current_context().exit(130)
     (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(rows)}\n")
     written = ["results.jsonl", "table.md"]
     if not no_plot:
