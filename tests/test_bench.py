@@ -379,3 +379,19 @@ def test_ctrl_c_keeps_what_finished_exits_130_and_the_same_command_resumes(smoll
     assert again.returncode == 0, again.stderr
     assert len((out / "results.jsonl").read_text().splitlines()) == 8
     assert again.stderr.count("bench: f16/") == 8 - kept  # only the tests that had not finished ran
+
+
+@pytest.mark.engine
+def test_csv_of_a_run_with_batched_is_one_table(smollm2, tmp_path):
+    """-o csv --batched: one header (a kind column, llama-bench's columns, the batched ones),
+    so a csv reader gets every row with its own fields; without --batched, llama-bench's shape."""
+    args = ["bench", str(smollm2), "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--no-warmup", "--no-plot",
+            "--batched", "-npp", "8", "-ntg", "2", "-npl", "1,2", "--dir", str(tmp_path / "b"), "-o", "csv"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    table = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [t["kind"] for t in table] == ["test", "test", "batched", "batched"]
+    assert [t["n_prompt"] for t in table[:2]] == ["8", "0"] and float(table[1]["avg_ts"]) > 0
+    assert [t["pl"] for t in table[2:]] == ["1", "2"] and all(float(t["speed_tg"]) > 0 for t in table[2:])
+    assert table[2]["avg_ts"] == ""  # a batched row has no llama-bench t/s
+    assert list(csv.DictReader(io.StringIO(B.csv_text(B.load_results(tmp_path / "b" / "results.jsonl").values())))) == table

@@ -793,10 +793,15 @@ CSV_BATCHED_FIELDS = ["model_filename", "type_k", "type_v", "n_kv_max", "n_batch
 
 
 def csv_fields(kind: str, with_plan: bool = False, with_center: bool = False) -> list[str]:
-    """The csv columns of a row kind; ``with_plan`` appends ours: kv_plan, bits_per_value;
-    ``with_center``: k_center, attn_rotation."""
-    return ((CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS) + (["kv_plan", "bits_per_value"] if with_plan else [])
-            + (["k_center", "attn_rotation"] if with_center else []))
+    """The csv columns of a row kind ("test", "batched", or "both": one table for a run
+    that has both, a ``kind`` column first, then llama-bench's columns and the batched ones
+    it lacks, so a csv reader sees one header); ``with_plan`` appends ours: kv_plan,
+    bits_per_value; ``with_center``: k_center, attn_rotation."""
+    if kind == "both":
+        base = ["kind"] + CSV_TEST_FIELDS + [f for f in CSV_BATCHED_FIELDS if f not in CSV_TEST_FIELDS]
+    else:
+        base = CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS
+    return base + (["kv_plan", "bits_per_value"] if with_plan else []) + (["k_center", "attn_rotation"] if with_center else [])
 
 
 def csv_line(values: list) -> str:
@@ -809,16 +814,15 @@ def csv_line(values: list) -> str:
 
 
 def csv_text(rows: list[dict]) -> str:
-    """llama-bench-style csv (a header line, then one line per row); batched rows follow as
-    a second block with their own header."""
-    out = []
-    for kind in ("test", "batched"):
-        sel = [r for r in rows if r.get("kind", "test") == kind]
-        if sel:
-            fields = csv_fields(kind, has_plans(sel), has_center(sel))
-            out.append(csv_line(fields))
-            out += [csv_line([r.get(f) for f in fields]) for r in sel]
-    return "\n".join(out)
+    """llama-bench-style csv: a header line, then one line per row; one table even when the
+    rows are of both kinds (:func:`csv_fields` "both")."""
+    kinds = {r.get("kind", "test") for r in rows}
+    fields = csv_fields(kinds.pop() if len(kinds) == 1 else "both", has_plans(rows), has_center(rows))
+    return "\n".join([csv_line(fields)] + [csv_line([_csv_value(r, f) for f in fields]) for r in rows])
+
+
+def _csv_value(row: dict, field: str):
+    return row.get("kind", "test") if field == "kind" else row.get(field)
 
 
 def jsonl_line(row: dict) -> str:

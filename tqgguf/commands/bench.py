@@ -106,17 +106,19 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     except ValueError as e:  # not a readable GGUF
         raise click.UsageError(str(e)) from e
     all_rows: list[dict] = []
+    csv_kind = "both" if spec.tests and spec.batched else None  # else the one kind the run has
 
     def show(row: dict, resumed: bool) -> None:
         all_rows.append(row)
         kind = row.get("kind", "test")
         if fmt == "jsonl":
             click.echo(bench.jsonl_line(row))
-        elif fmt == "csv":
-            if kind not in state["csv"]:
+        elif fmt == "csv":  # one table: a run with both kinds gets their union and a kind column
+            fields = bench.csv_fields(csv_kind or kind, with_plan, with_center)
+            if not state["csv"]:
                 state["csv"].add(kind)
-                click.echo(bench.csv_line(bench.csv_fields(kind, with_plan, with_center)))
-            click.echo(bench.csv_line([row.get(f) for f in bench.csv_fields(kind, with_plan, with_center)]))
+                click.echo(bench.csv_line(fields))
+            click.echo(bench.csv_line([row.get("kind", "test") if f == "kind" else row.get(f) for f in fields]))
         elif kind == "test":
             cols = bench.test_columns([row], with_plan, with_center)
             if not state["test_header"]:
