@@ -395,3 +395,19 @@ def test_csv_of_a_run_with_batched_is_one_table(smollm2, tmp_path):
     assert [t["pl"] for t in table[2:]] == ["1", "2"] and all(float(t["speed_tg"]) > 0 for t in table[2:])
     assert table[2]["avg_ts"] == ""  # a batched row has no llama-bench t/s
     assert list(csv.DictReader(io.StringIO(B.csv_text(B.load_results(tmp_path / "b" / "results.jsonl").values())))) == table
+
+
+@pytest.mark.engine
+def test_a_result_of_another_engine_build_is_measured_again(smollm2, tmp_path):
+    spec = _spec(smollm2, tmp_path / "b", ctv=("f16",), depths=(0,))
+    spec.reps = 1
+    first = B.run_bench(spec)
+    assert all(r["engine_fingerprint"] and r["build_commit"] for r in first)
+    assert [r["samples_ns"] for r in B.run_bench(spec)] == [r["samples_ns"] for r in first]  # same build: resumed
+    lines = spec.results.read_text().splitlines()
+    spec.results.write_text("".join(json.dumps({**json.loads(x), "engine_fingerprint": "another"}) + "\n" for x in lines))
+    logged = []
+    again = B.run_bench(spec, log=logged.append)
+    assert any("another engine build" in m for m in logged)
+    assert [r["samples_ns"] for r in again] != [r["samples_ns"] for r in first]
+    assert all(r["engine_fingerprint"] == first[0]["engine_fingerprint"] for r in again)

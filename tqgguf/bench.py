@@ -600,21 +600,31 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
 
     Each row is appended to ``spec.results`` as soon as it is measured and passed to
     ``on_result(row, resumed)``; rows already in the file under the same key are reused
-    (resumed=True) without running. Raises EngineError / CacheTypeError from opening a
+    (resumed=True) without running, unless another engine build measured them (the row's
+    ``engine_fingerprint``, tqgguf.builder's build record; rows carry it and llama.cpp's
+    commit as ``build_commit``, as llama-bench does). Raises EngineError / CacheTypeError from opening a
     configuration, RuntimeError when llama_decode fails, OSError when the file cannot be
     written.
     """
+    from .builder import installed_build_info
     from .runtime import open_model
 
     spec.out_dir.mkdir(parents=True, exist_ok=True)
-    done = load_results(spec.results)
+    build = installed_build_info() or {}
+    engine_fp = build.get("fingerprint", "")
+    stored = load_results(spec.results)
+    # a result of another engine build is measured again (rows from before the field: kept)
+    done = {k: r for k, r in stored.items() if r.get("engine_fingerprint", engine_fp) == engine_fp}
+    if log and len(done) < len(stored):
+        log(f"{len(stored) - len(done)} stored result(s) are from another engine build: measured again")
     model_sha = sha256_file_cached(spec.model)
     rows: list[dict] = []
 
     def emit(key: str, row: dict | None, resumed: bool) -> None:
         if not resumed:
             row = {"key": key, "kind": row.get("kind", "test"), "model_filename": str(spec.model),
-                   "model_sha256": model_sha, **row}
+                   "model_sha256": model_sha, "build_commit": build.get("llama_cpp_commit", ""),
+                   "engine_fingerprint": engine_fp, **row}
             _append(spec.results, row)
             done[key] = row
         rows.append(done[key])
