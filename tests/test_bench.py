@@ -411,3 +411,20 @@ def test_a_result_of_another_engine_build_is_measured_again(smollm2, tmp_path):
     assert any("another engine build" in m for m in logged)
     assert [r["samples_ns"] for r in again] != [r["samples_ns"] for r in first]
     assert all(r["engine_fingerprint"] == first[0]["engine_fingerprint"] for r in again)
+
+
+@pytest.mark.engine
+def test_one_directory_adds_up_the_runs_of_one_model(smollm2, model_file, tmp_path):
+    """Two runs into one --dir (the K = V diagonals are separate runs): table.md shows both;
+    another model's run into that directory is refused before it runs."""
+    out = tmp_path / "b"
+    base = ["bench", str(smollm2), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--no-warmup", "--no-plot",
+            "--dir", str(out)]
+    for kv in ("f16", "q8_0"):
+        res = CliRunner().invoke(cli, base + ["-ctk", kv, "-ctv", kv])
+        assert res.exit_code == 0, res.output
+    table = (out / "table.md").read_text()
+    assert re.search(r"\|\s+f16\s+\|\s+f16\s+\|", table) and re.search(r"\|\s+q8_0\s+\|\s+q8_0\s+\|", table)
+    other = CliRunner().invoke(cli, ["bench", str(model_file("gemma3-270m")), "-p", "0", "-n", "2", "--dir", str(out)])
+    assert other.exit_code == 2 and "another model" in other.output and "SmolLM2" in other.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2

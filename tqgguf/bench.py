@@ -220,7 +220,8 @@ def n_ctx_train(model: Path) -> int:
 def validate(spec: BenchSpec) -> None:
     """Every check that can fail before a run, so a bad list fails at once, not after hours.
 
-    Raises BenchError for: no tests at all, reps < 1, n_batch/n_ubatch < 1, a test or
+    Raises BenchError for: no tests at all, reps < 1, n_batch/n_ubatch < 1, an output
+    directory holding another model's results, a test or
     batched case that needs more positions than the model's n_ctx_train (unless
     ``spec.beyond_train``), more parallel
     sequences than llama.cpp allows; ValueError for -fa off with a quantized V (also one a
@@ -241,6 +242,11 @@ def validate(spec: BenchSpec) -> None:
             raise BenchError(f"-fa off with -ctv {v} (K {k}): {FLASH_ATTN_RULE}")
     if not spec.model.is_file():
         raise BenchError(f"model file not found: {spec.model}")
+    others = sorted({r.get("model_filename", "?") for r in load_results(spec.results).values()
+                     if r.get("model_sha256") not in (None, sha256_file_cached(spec.model))})
+    if others:
+        raise BenchError(f"{spec.results} holds results of another model ({', '.join(others)}); one directory "
+                         "is one model's table and plot: give another --dir")
     for k, v, f, pl in spec.configs:  # each plan checked against the model before anything runs
         built = _build_plan(spec.model, pl)
         for pv in sorted(built.v_types(v)) if built else ():

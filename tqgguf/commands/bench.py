@@ -144,9 +144,12 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
                    f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
         click.get_current_context().exit(130)
-    (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(rows)}\n")
+    # the table and the plot show every result in the directory (runs add up: K = V diagonals
+    # are separate runs), this run's rows last
+    everything = [r for r in bench.load_results(spec.results).values() if r not in rows] + rows
+    (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(everything)}\n")
     written = ["results.jsonl", "table.md"]
     if not no_plot:
-        bench.plot(rows, spec.out_dir / "bench.png", f"{path.name}: t/s by depth")
+        bench.plot(everything, spec.out_dir / "bench.png", f"{path.name}: t/s by depth")
         written.append("bench.png")
     click.echo(f"bench: wrote {', '.join(str(spec.out_dir / w) for w in written)}", err=True)
