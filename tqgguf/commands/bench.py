@@ -140,7 +140,8 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
         if all_rows:
-            (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(all_rows)}\n")
+            everything = [r for r in bench.load_results(spec.results).values() if r not in all_rows] + all_rows
+            (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(everything)}\n")
         click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
                    f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
         click.get_current_context().exit(130)
