@@ -428,3 +428,20 @@ def test_one_directory_adds_up_the_runs_of_one_model(smollm2, model_file, tmp_pa
     other = CliRunner().invoke(cli, ["bench", str(model_file("gemma3-270m")), "-p", "0", "-n", "2", "--dir", str(out)])
     assert other.exit_code == 2 and "another model" in other.output and "SmolLM2" in other.output
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_fa_on_and_auto_are_one_measurement():
+    assert B.parse_fa_list("1,0,auto") == ["on", "off"]
+    assert B.parse_fa_list("auto,on") == ["auto"]
+    assert B.parse_fa_list("off,0") == ["off"]
+
+
+@pytest.mark.engine
+def test_flags_that_only_pp_tg_tests_use_are_named_when_none_run(smollm2, tmp_path):
+    args = ["bench", str(smollm2), "-p", "0", "-n", "0", "--batched", "-npp", "8", "-ntg", "2", "-npl", "1",
+            "-t", "1", "--no-plot", "--dir", str(tmp_path / "b")]
+    res = CliRunner().invoke(cli, args + ["-d", "0,64", "-r", "7"])
+    assert res.exit_code == 0, res.output
+    assert "warning: -d, -r apply to the pp/tg tests" in res.stderr
+    quiet = CliRunner().invoke(cli, args)
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr

@@ -88,14 +88,16 @@ def parse_type_list(value: str, flag: str) -> list[str]:
 
 
 def parse_fa_list(value: str) -> list[str]:
-    """A comma list of flash attention modes: on|off|auto (1|0 as llama-bench's)."""
-    out = []
+    """A comma list of flash attention modes: on|off|auto (1|0 as llama-bench's), each
+    measurement once: auto is on with every backend tqgguf builds
+    (tqgguf.runtime.resolve_flash_attn), so of on and auto the first given is kept."""
+    out: dict[str, str] = {}  # what runs -> what was asked
     for item in str(value).split(","):
         item = item.strip().lower()
         if item not in FA_VALUES:
             raise BenchError(f"-fa: {item!r} is not allowed; use on, off, auto (or 1, 0), comma-separated")
-        out.append(FA_VALUES[item])
-    return list(dict.fromkeys(out))
+        out.setdefault("on" if FA_VALUES[item] == "auto" else FA_VALUES[item], FA_VALUES[item])
+    return list(out.values())
 
 
 #: the layer-plan axis point "no plan" (tqgguf.kvplan.parse_plan_axes)
@@ -558,16 +560,18 @@ def _run_batched(spec: BenchSpec, engine, cfg, facts: dict, todo: set[tuple[int,
         cap = max(max(pl * pp for pp, _, pl in b.cases()), n_seq, BATCHED_WARMUP_TOKENS)
         batch = _SeqBatch(cap)
 
+        n_batch = llama_cpp.llama_n_batch(ctx.ctx)  # llama.cpp caps n_batch at n_ctx; a larger batch aborts
+
         def decode_all(sync_each: bool) -> None:
-            for off in range(0, batch.n, spec.n_batch):
-                n = min(spec.n_batch, batch.n - off)
+            for off in range(0, batch.n, n_batch):
+                n = min(n_batch, batch.n - off)
                 res = llama_cpp.llama_decode(ctx.ctx, batch.view(off, n))
                 if res != 0:
                     raise RuntimeError(f"llama_decode failed (returned {res}) in the batched bench")
                 if sync_each:
                     llama_cpp.llama_synchronize(ctx.ctx)
 
-        w = BATCHED_WARMUP_TOKENS
+        w = min(BATCHED_WARMUP_TOKENS, n_batch, b.n_ctx)  # a context of fewer cells (-npl 1 -npp 8 -ntg 2) takes fewer
         batch.fill([rng.randrange(n_vocab) for _ in range(w)], list(range(w)), [0] * w, [0] * w)
         decode_all(True)
         for pp, tg, pl in b.cases():

@@ -94,6 +94,13 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
                                beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
                                out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
         bench.validate(spec)
+        if not spec.tests:  # only --batched runs: say which flags had nothing to apply to
+            src = click.get_current_context().get_parameter_source
+            idle = [f for f, p in (("-d", "n_depth"), ("-r", "reps"), ("--no-warmup", "no_warmup"))
+                    if src(p) != click.core.ParameterSource.DEFAULT]
+            if idle:
+                click.echo(f"bench: warning: {', '.join(idle)} apply to the pp/tg tests, and -p/-n leave none; "
+                           "--batched has its own -npp/-ntg/-npl", err=True)
     except (CacheTypeError, ValueError, ModelError) as e:
         raise click.UsageError(str(e)) from e
     except (EngineError, EngineNotBuiltError) as e:
