@@ -358,15 +358,17 @@ def test_ctrl_c_keeps_what_finished_exits_130_and_the_same_command_resumes(smoll
     import time
 
     out = tmp_path / "b"
-    cmd = [sys.executable, "-m", "tqgguf", "bench", str(smollm2), "-ctv", "f16,q8_0", "-p", "0", "-n", "8",
-           "-d", "0,16,32,48", "-r", "3", "-t", "1", "--no-plot", "--dir", str(out)]
+    # 8 tests of 5 x 32 tokens each: seconds per test even on a fast idle machine, so the
+    # interrupt (sent when the first result is stored) lands mid-run
+    cmd = [sys.executable, "-m", "tqgguf", "bench", str(smollm2), "-ctv", "f16,q8_0", "-p", "0", "-n", "32",
+           "-d", "0,32,64,96", "-r", "4", "-t", "1", "--no-plot", "--dir", str(out)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     deadline = time.time() + 300
     while time.time() < deadline and p.poll() is None:
         if (out / "results.jsonl").exists() and (out / "results.jsonl").read_text().count("\n") >= 1:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err

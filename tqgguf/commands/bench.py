@@ -2,6 +2,8 @@
 (thin layer over tqgguf.bench)."""
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import click
@@ -138,11 +140,29 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
                 click.echo(("\n" if state["test_header"] else "") + bench.batched_header(with_plan))
             click.echo(bench.batched_row(row, with_plan))
 
+    # Ctrl-C: Python raises KeyboardInterrupt where it lands, but one that lands inside a
+    # ctypes callback (llama.cpp's log callback, during a context's creation) is printed and
+    # dropped by ctypes; the flag makes the next result or test start raise it again
+    interrupted = False
+
+    def on_sigint(signum, frame) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
     def log(msg: str) -> None:
+        if interrupted:
+            raise KeyboardInterrupt
         click.echo(f"bench: {msg}", err=True)
 
+    def shown(row: dict, resumed: bool) -> None:
+        show(row, resumed)
+        if interrupted:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() else None
     try:
-        rows = bench.run_bench(spec, on_result=show, log=log)
+        rows = bench.run_bench(spec, on_result=shown, log=log)
     except (EngineError, EngineNotBuiltError, RuntimeError, OSError) as e:
         raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
@@ -152,6 +172,9 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
                    f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
         click.get_current_context().exit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     # the table and the plot show every result in the directory (runs add up: K = V diagonals
     # are separate runs), this run's rows last
     everything = [r for r in bench.load_results(spec.results).values() if r not in rows] + rows
