@@ -244,8 +244,9 @@ def validate(spec: BenchSpec) -> None:
             raise BenchError(f"-fa off with -ctv {v} (K {k}): {FLASH_ATTN_RULE}")
     if not spec.model.is_file():
         raise BenchError(f"model file not found: {spec.model}")
+    model_sha = sha256_file_cached(spec.model)
     others = sorted({r.get("model_filename", "?") for r in load_results(spec.results).values()
-                     if r.get("model_sha256") not in (None, sha256_file_cached(spec.model))})
+                     if r.get("model_sha256") not in (None, model_sha)})
     if others:
         raise BenchError(f"{spec.results} holds results of another model ({', '.join(others)}); one directory "
                          "is one model's table and plot: give another --dir")
@@ -838,11 +839,20 @@ def csv_text(rows: list[dict]) -> str:
     rows are of both kinds (:func:`csv_fields` "both")."""
     kinds = {r.get("kind", "test") for r in rows}
     fields = csv_fields(kinds.pop() if len(kinds) == 1 else "both", has_plans(rows), has_center(rows))
-    return "\n".join([csv_line(fields)] + [csv_line([_csv_value(r, f) for f in fields]) for r in rows])
+    return "\n".join([csv_line(fields)] + [csv_row(r, fields) for r in rows])
 
 
-def _csv_value(row: dict, field: str):
-    return row.get("kind", "test") if field == "kind" else row.get(field)
+def csv_row(row: dict, fields: list[str]) -> str:
+    """One csv line of a row in the columns ``fields`` (:func:`csv_fields`; ``kind`` is the
+    row's kind, test when it has none)."""
+    return csv_line([row.get("kind", "test") if f == "kind" else row.get(f) for f in fields])
+
+
+def directory_rows(spec: BenchSpec, latest: list[dict]) -> list[dict]:
+    """Every result in ``spec.results`` for the table and the plot, the rows of this run
+    (``latest``, stored rows with their keys) last."""
+    keys = {r["key"] for r in latest}
+    return [r for k, r in load_results(spec.results).items() if k not in keys] + latest
 
 
 def jsonl_line(row: dict) -> str:

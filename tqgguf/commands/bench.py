@@ -127,7 +127,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
             if not state["csv"]:
                 state["csv"].add(kind)
                 click.echo(bench.csv_line(fields))
-            click.echo(bench.csv_line([row.get("kind", "test") if f == "kind" else row.get(f) for f in fields]))
+            click.echo(bench.csv_row(row, fields))
         elif kind == "test":
             cols = bench.test_columns([row], with_plan, with_center)
             if not state["test_header"]:
@@ -167,7 +167,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
         if all_rows:
-            everything = [r for r in bench.load_results(spec.results).values() if r not in all_rows] + all_rows
+            everything = bench.directory_rows(spec, all_rows)
             (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(everything)}\n")
         click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
                    f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
@@ -177,7 +177,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
             signal.signal(signal.SIGINT, previous)
     # the table and the plot show every result in the directory (runs add up: K = V diagonals
     # are separate runs), this run's rows last
-    everything = [r for r in bench.load_results(spec.results).values() if r not in rows] + rows
+    everything = bench.directory_rows(spec, rows)
     (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(everything)}\n")
     written = ["results.jsonl", "table.md"]
     if not no_plot:
