@@ -28,6 +28,11 @@ BACKENDS = ("cpu", "cuda", "metal")
 TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")
 #: Built by every ``tqgguf build`` (``tqgguf serve`` runs it); ``--tools`` adds the rest of TOOL_TARGETS.
 SERVER_TARGET = "llama-server"
+#: llama.cpp's RPC worker (tools/rpc), built by every ``tqgguf build`` from the same patched tree,
+#: so it knows the turbo types; ``tqgguf rpc-server`` runs it.
+RPC_SERVER_TARGET = "ggml-rpc-server"
+#: What every build compiles next to the engine.
+ALWAYS_TARGETS = (SERVER_TARGET, RPC_SERVER_TARGET)
 BUILD_INFO_NAME = "_tqgguf_build.json"
 
 
@@ -37,7 +42,8 @@ class BuildConfig:
 
     backend: "cpu" | "cuda" | "metal". cuda_arch: CMAKE_CUDA_ARCHITECTURES (e.g. "90").
     jobs: parallel compile jobs (default: all cores). tools: build every TOOL_TARGETS entry
-    (without it, only SERVER_TARGET is built next to the engine).
+    (without it, only ALWAYS_TARGETS are built next to the engine). Every backend is built
+    with ggml's RPC backend (GGML_RPC=ON), so any engine can use ``--rpc`` workers.
     """
 
     backend: str = "cpu"
@@ -53,7 +59,8 @@ class BuildConfig:
     @property
     def targets(self) -> tuple[str, ...]:
         """The llama.cpp programs this build compiles into ``tools-<backend>/bin``."""
-        return TOOL_TARGETS if self.tools else (SERVER_TARGET,)
+        base = TOOL_TARGETS if self.tools else ()
+        return base + tuple(t for t in ALWAYS_TARGETS if t not in base)
 
     def defines(self) -> dict[str, str]:
         """CMake definitions for the engine (also used for the tools build)."""
@@ -64,6 +71,8 @@ class BuildConfig:
             "LLAVA_BUILD": "OFF",
             "LLAMA_BUILD_TESTS": "OFF",
             "LLAMA_BUILD_EXAMPLES": "OFF",
+            # ggml's RPC backend in the engine and in llama-server (--rpc), and its worker
+            "GGML_RPC": "ON",
             # AMX from -march=native crashes in ggml_backend_amx_mul_mat on some Xeons
             # (llama.cpp issue #20824); KV caches gain nothing from it.
             "CMAKE_C_FLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if _is_x86() else "",
