@@ -171,6 +171,7 @@ class BenchSpec:
     n_ubatch: int = 512
     n_threads: int | None = None
     n_gpu_layers: int = 0
+    offload: object = None  # tqgguf.devices.Offload (-ngl, --rpc, -sm, -ts, -mg, -dev); None: n_gpu_layers alone
     warmup: bool = True
     batched: BatchedSpec | None = None
     out_dir: Path = Path("bench")
@@ -275,7 +276,25 @@ def validate(spec: BenchSpec) -> None:
         if max(b.npl) > most:
             raise BenchError(f"-npl {max(b.npl)}: llama.cpp holds at most {most} sequences in one context")
     ensure_engine()
-    check_gpu_offload(spec.n_gpu_layers)
+    if spec.offload is not None:
+        spec.offload.prepare()
+    else:
+        check_gpu_offload(spec.n_gpu_layers)
+
+
+def where_key(spec: BenchSpec):
+    """What a result was measured on, in its key: 0 for the CPU (the key every CPU result had
+    before devices were recorded), else the offload's key (-ngl, workers, -sm, -ts, -dev)."""
+    if spec.offload is None:
+        return spec.n_gpu_layers
+    k = spec.offload.key()
+    return 0 if k == "cpu" else k
+
+
+def _most_cells(spec: BenchSpec) -> int:
+    """The largest context any test or batched case of ``spec`` creates (what -ngl auto must fit)."""
+    most = max((t.n_ctx for t in spec.tests), default=256)
+    return max(most, spec.batched.n_ctx if spec.batched is not None else 0)
 
 
 def _build_plan(model: Path, plan: tuple[str, str, str]):
@@ -298,7 +317,7 @@ def test_key(spec: BenchSpec, model_sha: str, t: Test) -> str:
     """What makes two results the same measurement (a rerun skips tests with a stored key).
     A layer plan is part of it only when there is one (results from before plans keep their keys)."""
     parts = dict(model=model_sha, ctk=t.ctk, ctv=t.ctv, fa=t.fa, p=t.n_prompt, n=t.n_gen, d=t.n_depth,
-                 b=spec.n_batch, ub=spec.n_ubatch, t=spec.n_threads, ngl=spec.n_gpu_layers, r=spec.reps,
+                 b=spec.n_batch, ub=spec.n_ubatch, t=spec.n_threads, ngl=where_key(spec), r=spec.reps,
                  warmup=spec.warmup)
     if t.plan != NO_PLAN:
         parts["plan"] = plan_label(t.plan)
@@ -334,7 +353,7 @@ def batched_key(spec: BenchSpec, model_sha: str, cfg: tuple[str, str, str, tuple
                 case: tuple[int, int, int]) -> str:
     plan = [plan_label(cfg[3])] if cfg[3] != NO_PLAN else []
     parts = dict(model=model_sha, cfg=[*cfg[:3], *plan], case=case, b=spec.n_batch, ub=spec.n_ubatch,
-                 t=spec.n_threads, ngl=spec.n_gpu_layers, n_ctx=spec.batched.n_ctx, npl_max=max(spec.batched.npl),
+                 t=spec.n_threads, ngl=where_key(spec), n_ctx=spec.batched.n_ctx, npl_max=max(spec.batched.npl),
                  **_center_key(spec, cfg[0], cfg[3]))
     return "batched-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -502,7 +521,7 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
     avg_ts, sd_ts = _stats(ts)
     avg_ns, sd_ns = _stats([float(s) for s in samples_ns])
     return {**facts, "n_batch": spec.n_batch, "n_ubatch": min(spec.n_ubatch, spec.n_batch),
-            "n_threads": engine.n_threads, "type_k": t.ctk, "type_v": t.ctv, "n_gpu_layers": spec.n_gpu_layers,
+            "n_threads": engine.n_threads, "type_k": t.ctk, "type_v": t.ctv, "n_gpu_layers": engine.n_gpu_layers,
             "flash_attn": int(engine.flash_attn), "fa_asked": t.fa, "n_prompt": t.n_prompt, "n_gen": t.n_gen,
             "n_depth": t.n_depth, "test": t.name,
             "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -597,7 +616,7 @@ def _run_batched(spec: BenchSpec, engine, cfg, facts: dict, todo: set[tuple[int,
             on_row((pp, tg, pl), {
                 **facts, "kind": "batched", "type_k": cfg[0], "type_v": cfg[1], "fa_asked": cfg[2],
                 "flash_attn": int(engine.flash_attn), "n_kv_max": b.n_ctx, "n_batch": spec.n_batch,
-                "n_ubatch": min(spec.n_ubatch, spec.n_batch), "is_pp_shared": 0, "n_gpu_layers": spec.n_gpu_layers,
+                "n_ubatch": min(spec.n_ubatch, spec.n_batch), "is_pp_shared": 0, "n_gpu_layers": engine.n_gpu_layers,
                 "n_threads": engine.n_threads, "pp": pp, "tg": tg, "pl": pl, "n_kv": pl * (pp + tg),
                 "t_pp": t_pp, "speed_pp": pl * pp / t_pp, "t_tg": t_tg, "speed_tg": pl * tg / t_tg,
                 "t": t_pp + t_tg, "speed": (pl * pp + pl * tg) / (t_pp + t_tg),
@@ -645,11 +664,15 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
     def opened(cfg):
         return open_model(spec.model, ctk=cfg[0], ctv=cfg[1], flash_attn=cfg[2], n_ctx=256, n_batch=256,
                           n_threads=spec.n_threads, n_gpu_layers=spec.n_gpu_layers, kv_plan=_build_plan(spec.model, cfg[3]),
-                          rotation=spec.rotation, k_center=spec.k_center)
+                          rotation=spec.rotation, k_center=spec.k_center, offload=spec.offload, fit_ctx=_most_cells(spec))
 
     def facts_of(engine) -> dict:
-        # the K centering this configuration runs with (auto resolved for its K types) and the rotation
-        return {**_model_facts(engine), "k_center": str(engine.k_center), "attn_rotation": spec.rotation}
+        # the K centering this configuration runs with (auto resolved for its K types) and the rotation;
+        # where it ran: the devices holding layers and the split
+        devices = [p.device for p in engine.placement if p.layers and p.device != "CPU"]
+        return {**_model_facts(engine), "k_center": str(engine.k_center), "attn_rotation": spec.rotation,
+                "devices": ",".join(devices) or "CPU", "split_mode": spec.offload.split_mode if spec.offload else "layer",
+                "offload": str(where_key(spec))}
 
     def named(cfg) -> str:
         return f"{cfg[0]}/{cfg[1]} fa {cfg[2]}" + (f" {plan_label(cfg[3])}" if cfg[3] != NO_PLAN else "")

@@ -19,23 +19,29 @@ VERBS = {
     "bench": "Tokens/s per K/V cache type by depth (llama-bench's method), --batched S_TG.",
     "sweep": "Asymmetric K/V cache type x rotation grid: PPL, KLD vs f16, KV size.",
     "serve": "Serve a model with OpenAI- and Ollama-compatible APIs.",
+    "rpc-server": "Run a turbo-capable llama.cpp RPC worker (for --rpc HOST:PORT on another machine).",
     "env": "Show every setting, its value and where it came from.",
     "mix": "Choose per-layer K/V types under a bits/value budget from measured sensitivities.",
     "center": "Remove the constant part of K (attn_k.bias RoPE slow pairs) from a GGUF.",
 }
 
 
+def _module(verb: str) -> str:
+    """The module of a verb (``rpc-server`` -> ``tqgguf.commands.rpc_server``)."""
+    return f"tqgguf.commands.{verb.replace('-', '_')}"
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return [v for v in VERBS if importlib.util.find_spec(f"tqgguf.commands.{v}") is not None]
+        return [v for v in VERBS if importlib.util.find_spec(_module(v)) is not None]
 
     def get_command(self, ctx, name):
         if name not in VERBS:
             return None
         try:
-            mod = importlib.import_module(f"tqgguf.commands.{name}")
+            mod = importlib.import_module(_module(name))
         except ModuleNotFoundError as e:
-            if e.name == f"tqgguf.commands.{name}":
+            if e.name == _module(name):
                 return None
             raise
         return mod.command

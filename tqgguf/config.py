@@ -51,6 +51,13 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_KV_BOUNDARY": "first and last N layers at other K/V types: N[:K/V] (default K/V q8_0/q8_0)",
     "TQGGUF_KV_SWA": "K/V types of the sliding-window layers: K/V or one type for both",
     "TQGGUF_KV_PLAN": "per-layer K/V types: a map like 0-1,22-23:q8_0/q8_0 or a plan file from tqgguf mix",
+    "TQGGUF_N_GPU_LAYERS": "layers to offload to GPUs and RPC workers: auto (as many as fit), all, or a number "
+                           "(0 = CPU only)",
+    "TQGGUF_RPC": "RPC workers (tqgguf rpc-server) to use: host:port[,host:port...]",
+    "TQGGUF_SPLIT_MODE": "how a model is split over several devices: none, layer, row or tensor (llama.cpp's -sm)",
+    "TQGGUF_TENSOR_SPLIT": "share of the model per device, e.g. 3,1 (llama.cpp's -ts)",
+    "TQGGUF_MAIN_GPU": "device index for the whole model with -sm none, for small tensors with -sm row (-mg)",
+    "TQGGUF_DEVICE": "devices to offload to, a comma list of names such as CUDA0,RPC0 (none = CPU only; -dev)",
     "TQGGUF_HOST": "address to serve on: host, :port, host:port or http(s)://host:port",
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
     "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
@@ -457,6 +464,109 @@ def _kv_plan(value: Any) -> str | None:
     return ";".join(str(e) for e in parse_map(s))
 
 
+#: llama.cpp's ``-sm/--split-mode`` values (common/arg.cpp), in its order.
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+GPU_LAYERS_ALLOWED = "auto (as many layers as fit the devices), all, or a number of layers from 0 (0 = CPU only)"
+ENDPOINT_ALLOWED = "host:port or [ipv6]:port, comma separated (e.g. 127.0.0.1:50052,10.0.0.2:50052)"
+
+
+def parse_gpu_layers(value: Any) -> str:
+    """An ``-ngl`` value in canonical text: ``auto``, ``all`` or a decimal count (``-1`` and
+    any count are kept as given; ``-1`` means all, as in llama.cpp). Raises ValueError naming
+    what is allowed."""
+    s = str(value).strip().lower()
+    if s in ("auto", "all"):
+        return s
+    if s == "-1":
+        return "all"
+    try:
+        return str(parse_int(s, 0, 1 << 20))
+    except ValueError:
+        raise ValueError(f"not a layer count; allowed: {GPU_LAYERS_ALLOWED}") from None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An RPC worker address: ``host`` (name, IPv4 or IPv6 without brackets) and ``port``."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_endpoints(value: Any) -> tuple[Endpoint, ...]:
+    """Parse ``--rpc`` text (llama.cpp's form: ``host:port[,host:port...]``) to Endpoints, in
+    order. A port is required (llama.cpp's workers have no default on the client side); the
+    same worker twice is refused (llama.cpp would register it as two devices over one
+    connection). Raises ValueError naming the bad item and what is allowed."""
+    items = [x.strip() for x in str(value).split(",")]
+    if not any(items):
+        raise ValueError(f"no worker given; allowed: {ENDPOINT_ALLOWED}")
+    out: list[Endpoint] = []
+    for item in items:
+        if not item:
+            raise ValueError(f"an empty item in the list; allowed: {ENDPOINT_ALLOWED}")
+        if "://" in item or "/" in item:
+            raise ValueError(f"{item!r}: no scheme or path; allowed: {ENDPOINT_ALLOWED}")
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else None
+            if not re.fullmatch(r"[0-9A-Fa-f:.]+", host or "-"):
+                raise ValueError(f"{item!r}: malformed IPv6 address; allowed: {ENDPOINT_ALLOWED}")
+        else:
+            host, sep, port_text = item.rpartition(":")
+            if not sep or ":" in host:
+                raise ValueError(f"{item!r}: a port is required; allowed: {ENDPOINT_ALLOWED}")
+            if not _HOSTNAME.fullmatch(host):
+                raise ValueError(f"{item!r}: malformed host {host!r}; allowed: {ENDPOINT_ALLOWED}")
+        try:
+            port = parse_int(port_text if port_text is not None else "", 1, 65535)
+        except ValueError:
+            raise ValueError(f"{item!r}: bad port; allowed: {ENDPOINT_ALLOWED}") from None
+        ep = Endpoint(host, port)
+        if ep in out:
+            raise ValueError(f"{item!r} is given twice; allowed: {ENDPOINT_ALLOWED}")
+        out.append(ep)
+    return tuple(out)
+
+
+def _rpc(value: Any) -> str:
+    return ",".join(str(e) for e in parse_endpoints(value))
+
+
+def parse_split_mode(value: Any) -> str:
+    """``-sm`` value: none, layer, row or tensor (case-insensitive); ValueError otherwise."""
+    s = str(value).strip().lower()
+    if s not in SPLIT_MODES:
+        raise ValueError(f"unknown split mode; allowed: {', '.join(SPLIT_MODES)}")
+    return s
+
+
+def parse_tensor_split(value: Any) -> tuple[float, ...]:
+    """``-ts`` value: proportions per device, separated by ``,`` or ``/`` as llama.cpp takes
+    them (``3,1``, ``3/1``); each a finite number >= 0, not all 0. Whether the count matches
+    the devices is checked when the devices are known (tqgguf.devices). ValueError otherwise."""
+    parts = [p.strip() for p in re.split(r"[,/]", str(value))]
+    allowed = "numbers >= 0 separated by , or / (e.g. 3,1), one per device, not all 0"
+    try:
+        vals = tuple(float(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"not a list of proportions; allowed: {allowed}") from None
+    if any(not math.isfinite(v) or v < 0 for v in vals) or not any(vals):
+        raise ValueError(f"not a list of proportions; allowed: {allowed}")
+    return vals
+
+
+def _devices(value: Any) -> str:
+    names = [x.strip() for x in str(value).split(",")]
+    if any(not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", n) for n in names):
+        raise ValueError("not a list of device names; allowed: none, or names as `tqgguf info` lists them, "
+                         "comma separated (e.g. CUDA0,RPC0)")
+    return ",".join(names)
+
+
 def _host_part(value: Any) -> Any:
     return parse_host(value).host
 
@@ -556,6 +666,21 @@ class Settings(BaseModel):
     kv_plan: Annotated[str | None, Var((("kv_plan", "--kv-plan"),), ("TQGGUF_KV_PLAN",), _kv_plan)] = Field(
         None, description="per-layer K/V types: a map LAYERS:K/V[;...] (e.g. 0-1,22-23:q8_0/q8_0; LAYERS may be "
                           "swa) or a plan file from tqgguf mix")
+    n_gpu_layers: Annotated[str, Var((("n_gpu_layers", "-ngl"),), ("TQGGUF_N_GPU_LAYERS",), parse_gpu_layers)] = Field(
+        "auto", description="layers offloaded to GPUs and RPC workers: auto (as many as fit; the CPU when there is "
+                            "no GPU or worker), all, or a number (0 = CPU only)")
+    rpc: Annotated[str | None, Var((("rpc", "--rpc"),), ("TQGGUF_RPC",), _rpc)] = Field(
+        None, description="RPC workers (tqgguf rpc-server) as host:port[,host:port...]; each is one more device")
+    split_mode: Annotated[str, Var((("split_mode", "-sm"),), ("TQGGUF_SPLIT_MODE",), parse_split_mode)] = Field(
+        "layer", description="split over several devices: none (one device, -mg), layer (layer ranges and their "
+                             "KV cache per device), row (weight rows), tensor (every tensor, attention included)")
+    tensor_split: Annotated[tuple[float, ...] | None, Var((("tensor_split", "-ts"),), ("TQGGUF_TENSOR_SPLIT",),
+                                                          parse_tensor_split)] = Field(
+        None, description="share of the model per device, e.g. 3,1 (unset: by free memory)")
+    main_gpu: Annotated[int, Var((("main_gpu", "-mg"),), ("TQGGUF_MAIN_GPU",), lambda v: parse_int(v, 0, 255))] = Field(
+        0, description="index of the device that holds the model with -sm none, small tensors with -sm row")
+    device: Annotated[str | None, Var((("device", "-dev"),), ("TQGGUF_DEVICE",), _devices)] = Field(
+        None, description="devices to use, comma separated as `tqgguf info` names them (unset: all; none: the CPU)")
     host: Annotated[str, Var((("host", "--host"),), _HOST_ENV, _host_part)] = Field(
         DEFAULT_HOST, description="interface to listen on")
     port: Annotated[int, Var((("port", "--port"), ("host", "--host")), _HOST_ENV, _port_part,
@@ -637,6 +762,8 @@ class Settings(BaseModel):
             return format_duration(v)
         if name == "max_request_body":
             return format_size(v)
+        if name == "tensor_split":
+            return ",".join(f"{x:g}" for x in v)
         if isinstance(v, bool):
             return "on" if v else "off"
         return str(v)

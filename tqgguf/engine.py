@@ -84,25 +84,39 @@ def ensure_engine() -> None:
         _installed = True
 
 
+def offload_device_count() -> int:
+    """How many devices the engine can offload layers to: GPUs, integrated GPUs and the RPC
+    workers registered so far (ggml_backend_dev_count / ggml_backend_dev_type). Not
+    ``llama_supports_gpu_offload``: with the RPC backend compiled in, that is true on every
+    build, worker or not. Call after :func:`ensure_engine`."""
+    lib, base = _libggml(), libggml_base()
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    base.ggml_backend_dev_type.restype = ctypes.c_int
+    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    # enum ggml_backend_dev_type (ggml-backend.h): CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
+    return sum(1 for i in range(lib.ggml_backend_dev_count())
+               if base.ggml_backend_dev_type(lib.ggml_backend_dev_get(i)) in (1, 2))
+
+
 def gpu_offload_error(n_gpu_layers: int) -> str | None:
     """Why ``-ngl n_gpu_layers`` cannot be honoured by the installed engine, or None.
 
-    0 needs nothing. Otherwise the engine must have a GPU backend (``tqgguf build --backend
-    cuda|metal``) and that backend must see a device; llama.cpp itself would quietly run
-    every layer on the CPU in both cases. Call after :func:`ensure_engine`.
+    0 needs nothing. Otherwise the engine must have an offload device: a GPU backend
+    (``tqgguf build --backend cuda|metal``) that sees a device, or an RPC worker (``--rpc``);
+    llama.cpp itself would quietly run every layer on the CPU. Call after :func:`ensure_engine`
+    (and after registering any ``--rpc`` workers).
     """
-    if n_gpu_layers == 0:
-        return None
-    import llama_cpp
-
-    if llama_cpp.llama_supports_gpu_offload():
+    if n_gpu_layers == 0 or offload_device_count():
         return None
     from .builder import installed_build_info
 
     backend = (installed_build_info() or {}).get("backend", "cpu")
     if backend == "cpu":
-        return (f"-ngl {n_gpu_layers} asks for GPU layers, but the installed engine was built for the CPU only: "
-                "build the GPU engine with `tqgguf build --backend cuda` (or metal), or use -ngl 0")
+        return (f"-ngl {n_gpu_layers} asks for GPU layers, but the installed engine was built for the CPU only and no "
+                "--rpc worker was given: build the GPU engine with `tqgguf build --backend cuda` (or metal), "
+                "add --rpc HOST:PORT workers, or use -ngl 0")
     return (f"-ngl {n_gpu_layers} asks for GPU layers; the installed engine has the {backend.upper()} backend but "
             f"found no {backend.upper()} device (driver missing, or CUDA_VISIBLE_DEVICES hides it): "
             "use -ngl 0 to run on the CPU")

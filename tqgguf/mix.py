@@ -113,11 +113,12 @@ def _load_store(path: Path | None) -> dict[tuple[int, str, str], float]:
 
 def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] = DEFAULT_TYPES, n_ctx: int = 256,
             chunks: int = 2, n_threads: int | None = None, progress: Callable[[str], None] | None = None,
-            store: str | os.PathLike | None = None, n_gpu_layers: int = 0) -> Sensitivity:
+            store: str | os.PathLike | None = None, offload=None) -> Sensitivity:
     """Measure :class:`Sensitivity` of every layer's K and V on ``text``.
 
     n_ctx: tokens per chunk (the second half of each is scored); chunks: how many;
-    n_gpu_layers: -ngl of every run (GPUOffloadError when the engine cannot place them).
+    offload: where every run's model goes (tqgguf.devices.Offload; None: the CPU); GPUOffloadError
+        when the engine cannot place it.
     Costs 1 + 2 * n_layer * len(types) runs over chunks * n_ctx tokens. store: a JSONL file
     (:func:`store_path` names one per model/text/n_ctx/chunks) that each measurement is
     appended to as it is made; measurements already there are not repeated.
@@ -129,7 +130,7 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
     layers = model_layers(model_path)
     todo = [(il, side, t) for il in range(layers.n_layer) for side in ("k", "v") for t in types
             if (il, side, t) not in done]
-    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, n_gpu_layers, with_logits=bool(todo))
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, offload, with_logits=bool(todo))
     out: dict[tuple[int, str, str], float] = {}
     for il in range(layers.n_layer):
         for side in ("k", "v"):
@@ -138,7 +139,7 @@ def measure(model_path: str | os.PathLike, text: str, *, types: tuple[str, ...] 
                     out[(il, side, t)] = done[(il, side, t)]
                     continue
                 kt, vt = (t, "f16") if side == "k" else ("f16", t)
-                out[(il, side, t)] = _plan_kld(model_path, cal, f"{il}:{kt}/{vt}", n_threads, n_gpu_layers)
+                out[(il, side, t)] = _plan_kld(model_path, cal, f"{il}:{kt}/{vt}", n_threads, offload)
                 if store is not None:
                     with open(store, "a") as f:
                         f.write(json.dumps({"layer": il, "side": side, "type": t, "kld": out[(il, side, t)]}) + "\n")
@@ -161,11 +162,11 @@ class _Calibration:
         return self.n_chunk * (self.n_ctx - 1 - self.n_ctx // 2)
 
 
-def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | None, n_gpu_layers: int = 0, *,
+def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | None, offload=None, *,
                with_logits: bool = True) -> _Calibration:
     """Tokenize ``text`` and (with_logits) compute the f16/f16 logits of its first chunks."""
     base = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                      n_gpu_layers=n_gpu_layers, k_center="auto")
+                      offload=offload, k_center="auto")
     try:
         tokens = tokenize(base, text)
         if len(tokens) < n_ctx:
@@ -179,11 +180,11 @@ def _calibrate(model_path, text: str, n_ctx: int, chunks: int, n_threads: int | 
     return _Calibration(tokens, n_ctx, n_chunk, rows)
 
 
-def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None, n_gpu_layers: int = 0) -> float:
+def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None, offload=None) -> float:
     """Mean KLD against f16 over the calibration chunks with ``kv_plan`` (other layers f16/f16)."""
     n_ctx, first = cal.n_ctx, cal.n_ctx // 2
     eng = open_model(model_path, ctk="f16", ctv="f16", n_ctx=n_ctx, flash_attn="on", n_threads=n_threads,
-                     n_gpu_layers=n_gpu_layers, kv_plan=kv_plan, k_center="auto")
+                     offload=offload, kv_plan=kv_plan, k_center="auto")
     try:
         st = KLDStats()
         for c, lg in chunk_logits(eng, cal.tokens, n_ctx, min(n_ctx, 512), cal.n_chunk):
@@ -195,15 +196,15 @@ def _plan_kld(model_path, cal: _Calibration, kv_plan: str, n_threads: int | None
 
 def measure_plans(model_path: str | os.PathLike, text: str, plans: list[str], *, n_ctx: int = 256, chunks: int = 2,
                   n_threads: int | None = None, progress: Callable[[str], None] | None = None,
-                  n_gpu_layers: int = 0) -> list[float]:
+                  offload=None) -> list[float]:
     """The measured mean KLD against f16 of each whole plan (an explicit map, -ctk/-ctv f16
     elsewhere) on the calibration chunks :func:`measure` used: how well the additive
     prediction held on the text it was made from. Costs 1 + len(plans) runs; progress gets
     one line per plan. Raises MixError for a text shorter than one chunk, EngineError."""
-    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, n_gpu_layers)
+    cal = _calibrate(model_path, text, n_ctx, chunks, n_threads, offload)
     out = []
     for p in plans:
-        out.append(_plan_kld(model_path, cal, p, n_threads, n_gpu_layers))
+        out.append(_plan_kld(model_path, cal, p, n_threads, offload))
         if progress:
             progress(f"{p}: KLD {out[-1]:.6f}")
     return out
@@ -281,7 +282,7 @@ def uniform_pairs(types: tuple[str, ...], bits: float, head_k: int = 1, head_v: 
 def choose_checked(model_path: str | os.PathLike, text: str, sens: Sensitivity, budgets: list[float], *,
                    head_k: int = 1, head_v: int = 1, n_ctx: int = 256, chunks: int = 2,
                    n_threads: int | None = None, progress: Callable[[str], None] | None = None,
-                   n_gpu_layers: int = 0) -> list[Choice]:
+                   offload=None) -> list[Choice]:
     """For each budget: the optimised plan (:func:`choose`) and every uniform pair that fits
     (:func:`uniform_pairs`) are run whole on the calibration chunks of :func:`measure` (same
     text, n_ctx, chunks), and the one that measures the lowest mean KLD is kept (a tie
@@ -304,7 +305,7 @@ def choose_checked(model_path: str | os.PathLike, text: str, sens: Sensitivity, 
         per_budget.append(cands)
     maps = list(dict.fromkeys(c.plan for cands in per_budget for c in cands))
     measured = dict(zip(maps, measure_plans(model_path, text, maps, n_ctx=n_ctx, chunks=chunks, n_threads=n_threads,
-                                            progress=progress, n_gpu_layers=n_gpu_layers)))
+                                            progress=progress, offload=offload)))
     out = []
     for b, cands in zip(budgets, per_budget):
         for c in cands:

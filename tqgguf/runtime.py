@@ -8,6 +8,7 @@ caller learns what the engine really did (K/V types, MiB, rotation flags).
 """
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
@@ -17,7 +18,8 @@ from pathlib import Path
 from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id,
                          type_info)
 from .config import parse_k_center
-from .engine import EngineError, GPUOffloadError, capture, check_gpu_offload, engine_env, ensure_engine
+from .devices import Offload, parse_placement, placement_lines
+from .engine import EngineError, GPUOffloadError, capture, engine_env, ensure_engine
 from . import kcenter
 from .kvplan import KVPlan, bits_per_value, build_plan, kv_bytes_per_token, model_layers
 from .enginevars import warn_overrides
@@ -148,6 +150,13 @@ class Engine:
     n_threads: int = 1
     k_center_reason: str = ""  # why --k-center auto chose k_center ("" when not auto)
     kv_plan: KVPlan | None = None
+    placement: list = field(default_factory=list)  # tqgguf.devices.DevicePlacement per device
+    offload_note: str = ""  # how -ngl was chosen ("-ngl auto: all 30 layers fit CUDA0 ...")
+    n_gpu_layers: int = 0  # the -ngl the engine was given (-1 = all)
+
+    def placement_lines(self) -> list[str]:
+        """Where the layers and their K/V cache live, one line per device, after how -ngl was chosen."""
+        return ([self.offload_note] if self.offload_note else []) + placement_lines(self.placement)
 
     def close(self) -> None:
         close = getattr(self.llama, "close", None)
@@ -160,7 +169,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
                rotation: bool = True, n_threads: int | None = None, n_gpu_layers: int = 0,
                logits_all: bool = False, seed: int = 0, verbose: bool = False, k_center: object = "off",
                kv_boundary: object = None, kv_swa: object = None, kv_plan: object = None,
-               **llama_kwargs) -> Engine:
+               offload: Offload | None = None, fit_ctx: int | None = None, **llama_kwargs) -> Engine:
     """Load ``model_path`` with K/V cache types given by ggml name.
 
     Args:
@@ -169,8 +178,13 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         n_ctx: context size in tokens; n_batch/n_ubatch default to min(n_ctx, 512).
         flash_attn: "on" | "off" | "auto".
         rotation: False sets LLAMA_ATTN_ROT_DISABLE=1 while the KV cache is created.
-        n_gpu_layers: layers to offload (-ngl; -1 = all). Refused (GPUOffloadError) when the engine
-            has no GPU backend or its backend finds no device (llama.cpp would use the CPU).
+        n_gpu_layers: layers to offload (-ngl; -1 = all) when no ``offload`` is given. Refused
+            (GPUOffloadError) when there is no offload device (llama.cpp would use the CPU).
+        offload: where the model goes (tqgguf.devices.Offload: -ngl auto|all|N, --rpc workers,
+            -sm, -ts, -mg, -dev); the workers are checked and registered first. The placement
+            llama.cpp chose is in Engine.placement (per device: layer ranges, K and V MiB).
+        fit_ctx: cells ``-ngl auto`` fits the KV cache for (default n_ctx; bench passes its
+            deepest test, whose contexts it creates later on this model).
         logits_all: keep logits of every position (needed for perplexity).
         k_center: K centering, a ``--k-center`` value (off, bias, bias:N, calib,
             calib:FILE, auto; see tqgguf.kcenter). calib computes the vectors first when
@@ -188,7 +202,9 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
             KVPlanError (a ValueError) for a plan that is malformed or does not fit the model.
         EngineNotBuiltError: llama_cpp missing or not the tqgguf build.
         EngineError: llama.cpp refused (its error lines are in the message), e.g. a turbo
-            type on a model whose head dim is not a multiple of 64.
+            type on a model whose head dim is not a multiple of 64; WorkerError (an EngineError)
+            for an RPC worker that cannot be used, naming it.
+        DeviceError (a ValueError): -dev, -ts or -mg that do not fit the devices.
     """
     ctk = check_cache_type(ctk, "K cache type (-ctk)")
     ctv = check_cache_type(ctv, "V cache type (-ctv)")
@@ -201,7 +217,7 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         if flash_attn_conflict(flash_attn, v):
             raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; {FLASH_ATTN_RULE}")
     ensure_engine()
-    check_gpu_offload(n_gpu_layers)
+    placed = (offload or Offload(n_gpu_layers=n_gpu_layers)).prepare()
     import llama_cpp
 
     kc = parse_k_center(k_center)
@@ -218,25 +234,35 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
                     "LLAMA_KV_PLAN": plan.source if plan else "no layer plan"})
     n_batch = n_batch or min(n_ctx, 512)
     n_ubatch = n_ubatch or min(n_batch, 512)
+    layers = model_layers(path)
+    pairs = plan.types(ctk, ctv) if plan else [(ctk, ctv)] * layers.n_layer
+    k_rows = [type_info(k).row_bytes(layers.n_head_kv * layers.head_k) for k, _ in pairs]
+    v_rows = [type_info(v).row_bytes(layers.n_head_kv * layers.head_v) for _, v in pairs]
+    ngl, offload_note = placed.layers(path, (fit_ctx or n_ctx) * max(k + v for k, v in zip(k_rows, v_rows)))
+    split_kwargs = placed.llama_kwargs()
+    if "devices" in split_kwargs and "devices" not in inspect.signature(llama_cpp.Llama.__init__).parameters:
+        # Llama takes **kwargs: an engine built before the devices patch would drop -dev silently
+        raise EngineError("the installed engine predates -dev/-sm none support (patches/sdist/0002): run `tqgguf build`")
     mark = capture.mark()
     capture.echo = verbose
     try:
         with engine_env(rotation=rotation, k_center=k_center_env, kv_plan=plan_env):
             llama = llama_cpp.Llama(
                 model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
-                n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
+                n_threads=n_threads, n_threads_batch=n_threads, n_gpu_layers=ngl,
                 type_k=ggml_type_id(ctk), type_v=ggml_type_id(ctv), flash_attn=fa,
-                logits_all=logits_all, seed=seed, verbose=verbose, **llama_kwargs)
+                logits_all=logits_all, seed=seed, verbose=verbose, **split_kwargs, **llama_kwargs)
     except ValueError as e:
         log = capture.since(mark)
         errors = [ln.strip() for ln in log.splitlines()
                   if any(w in ln.lower() for w in ("error", "failed", "does not", "requires", "invalid"))]
         raise EngineError(f"llama.cpp could not open {path.name} with K={ctk} V={ctv}: "
                           + ("; ".join(errors[-4:]) or str(e))) from e
-    report = parse_kv_report(capture.since(mark))
+    load_log = capture.since(mark)
+    report = parse_kv_report(load_log)
     report.k_center_reason = reason
+    placement = parse_placement(load_log, layers.n_layer, k_rows, v_rows, report.cells)
     if plan is None and report.kv_bytes_per_token is None:  # one type pair: count the bytes exactly
-        layers = model_layers(path)
         report.kv_bytes_per_token = kv_bytes_per_token([(ctk, ctv)] * layers.n_layer, layers,
                                                        lambda t, n: type_info(t).row_bytes(n))
         report.bits_per_value = bits_per_value([(ctk, ctv)], layers.head_k, layers.head_v,
@@ -249,7 +275,8 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         raise EngineError(f"the engine did not apply the layer plan {plan_env!r} (it logged "
                           f"{report.kv_plan or 'no plan'!r}); is the installed engine older than patch 0009? "
                           "run `tqgguf build`")
-    return Engine(llama, report, ctk, ctv, rotation, fa, kc, k_center_env, n_threads, reason, plan)
+    return Engine(llama, report, ctk, ctv, rotation, fa, kc, k_center_env, n_threads, reason, plan, placement,
+                  offload_note, ngl)
 
 
 @dataclass

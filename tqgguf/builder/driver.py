@@ -318,3 +318,17 @@ def llama_server_path(configured: Path | None = None) -> Path:
             return p
     raise FileNotFoundError(f"no llama-server found (looked in {cache_dir() / 'build'}/tools-*/bin): run `tqgguf build` "
                             "(it builds llama-server from the patched tree), or point TQGGUF_LLAMA_SERVER at one")
+
+
+def rpc_server_path() -> Path:
+    """The ``ggml-rpc-server`` worker ``tqgguf build`` made from the patched tree (for the
+    installed engine's backend first, then cuda, metal, cpu). Raises FileNotFoundError telling
+    the user to run ``tqgguf build`` when there is none."""
+    installed = (installed_build_info() or {}).get("backend")
+    order = ([installed] if installed else []) + [b for b in ("cuda", "metal", "cpu") if b != installed]
+    for backend in order:
+        p = cache_dir() / "build" / f"tools-{backend}" / "bin" / RPC_SERVER_TARGET
+        if p.is_file():
+            return p
+    raise FileNotFoundError(f"no {RPC_SERVER_TARGET} found (looked in {cache_dir() / 'build'}/tools-*/bin): run "
+                            "`tqgguf build` (it builds the RPC worker from the patched tree)")

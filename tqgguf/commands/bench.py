@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
-from .options import check_gpu_layers, gpu_layers_option, k_center_option, kv_plan_options, rotation_option
+from .options import k_center_option, kv_plan_options, offload_options, offload_overrides, resolve_offload, rotation_option
 
 _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
 
@@ -36,7 +36,7 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
 @click.option("-r", "--repetitions", "reps", type=int, default=5, show_default=True,
               help="Timed repetitions per test (t/s is their mean ± standard deviation).")
 @click.option("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores).")
-@gpu_layers_option()
+@offload_options()
 @kv_plan_options(grid=True)
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "csv", "jsonl"]), default="md", show_default=True,
               help="Format printed to stdout as results come.")
@@ -55,7 +55,7 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
                    "only, the model's outputs there mean nothing. llama-bench does not check.")
 @click.option("--no-plot", is_flag=True, help="Do not write bench.png.")
 def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, rot, k_center, reps, threads,
-            n_gpu_layers, kv_boundary, kv_swa, kv_plan, fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train,
+            n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, kv_boundary, kv_swa, kv_plan, fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train,
             no_plot):
     """Tokens per second of MODEL (a GGUF path or a name from `tqgguf models list`) for every
     K x V x fa x layer plan x depth combination, measured the way llama-bench does (pp and
@@ -70,13 +70,15 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     if threads is not None and threads < 1:
         raise click.UsageError(f"-t {threads}: threads must be >= 1")
     try:  # the settings model of ppl/serve: also refuses a bad TQGGUF_*/OLLAMA_* value before any run
-        st = resolve_settings({"attn_rotation": rot, "k_center": k_center})
+        st = resolve_settings({"attn_rotation": rot, "k_center": k_center,
+                               **offload_overrides(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode,
+                                                   tensor_split=tensor_split, main_gpu=main_gpu, device=device)})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
     ctk = ctk if ctk is not None else st.cache_type_k
     ctv = ctv if ctv is not None else st.cache_type_v
     flash_attn = flash_attn if flash_attn is not None else st.flash_attention
-    check_gpu_layers(n_gpu_layers)
+    offload = resolve_offload(st)
     try:
         ks, vs = bench.parse_type_list(ctk, "-ctk"), bench.parse_type_list(ctv, "-ctv")
         fas = bench.parse_fa_list(flash_attn)
@@ -92,7 +94,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         path = resolve_model(model)
         spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds, plans),
                                configs=bench.configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
-                               n_threads=threads, n_gpu_layers=n_gpu_layers, warmup=not no_warmup, batched=bspec,
+                               n_threads=threads, offload=offload, warmup=not no_warmup, batched=bspec,
                                beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
                                out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
         bench.validate(spec)

@@ -22,6 +22,9 @@ def engine_info() -> dict:
     types = all_types()
     import llama_cpp
 
+    from ..devices import list_devices
+    from ..engine import backend_names, offload_device_count
+
     cache_types = [
         {"name": t, "id": types[t].id, "block_size": types[t].block_size, "bytes_per_block": types[t].type_size,
          "bits_per_value": round(types[t].bits_per_value, 4)}
@@ -35,11 +38,25 @@ def engine_info() -> dict:
         "checkout_fingerprint": fingerprint(BuildConfig(backend=backend, cuda_arch=cuda_arch)),
         "backends": ["CPU"] + ([backend.upper()] if backend != "cpu" else []),
         "system_info": system_info,
-        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "gpu_offload": offload_device_count() > 0,
+        "devices": [{"name": d.name, "description": d.description, "kind": d.kind, "free_mib": d.free >> 20,
+                     "total_mib": d.total >> 20} for d in list_devices()],
+        "rpc": "RPC" in backend_names(),
+        "rpc_server": _rpc_server(),
         "turbo_fa_pairs": turbo_fa_pairs(system_info),
         "kv_cache_types": cache_types, "built_at": info.get("built_at"),
         "llama_server": _llama_server(),
     }
+
+
+def _rpc_server() -> str | None:
+    """Path of the RPC worker `tqgguf rpc-server` runs, or None when it is not built."""
+    from ..builder.driver import rpc_server_path
+
+    try:
+        return str(rpc_server_path())
+    except FileNotFoundError:
+        return None
 
 
 def _llama_server() -> str | None:
@@ -87,12 +104,18 @@ def command(as_json):
     c.print(f"[bold]fingerprint[/] {info['fingerprint'][:16]}{stale}")
     c.print(f"[bold]backends[/]    {', '.join(info['backends'])}")
     c.print(f"[bold]llama-server[/] {info['llama_server'] or '[yellow]not built: run tqgguf build[/]'}")
+    c.print(f"[bold]rpc worker[/]  {info['rpc_server'] or '[yellow]not built: run tqgguf build[/]'}"
+            f"{'' if info['rpc'] else '  [yellow](engine without the RPC backend: run tqgguf build)[/]'}")
+    for d in info["devices"]:
+        c.print(f"[bold]device[/]      {d['name']} ({d['kind']}): {d['description']}, {d['free_mib']} of "
+                f"{d['total_mib']} MiB free")
     c.print(f"[bold]system[/]      {info['system_info']}")
     if info["turbo_fa_pairs"]:
         c.print(f"[bold]GPU turbo flash attention[/] (other pairs: converted to f16 on CUDA, refused on Metal): "
                 f"{' '.join(info['turbo_fa_pairs'])}")
     if len(info["backends"]) > 1 and not info["gpu_offload"]:
-        c.print(f"[yellow]no {info['backends'][-1]} device found: -ngl is refused; runs use the CPU with -ngl 0[/]")
+        c.print(f"[yellow]no {info['backends'][-1]} device found: -ngl N is refused without --rpc workers; "
+                "-ngl auto runs on the CPU[/]")
     t = Table(title="KV cache types (-ctk / -ctv)")
     for col in ("type", "block size", "bytes/block", "bits/value", "vs f16"):
         t.add_column(col, justify="right" if col != "type" else "left")

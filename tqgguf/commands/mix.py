@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError
-from .options import check_gpu_layers, gpu_layers_option
+from .options import offload_options, resolve_offload
 
 
 @click.command(name="mix")
@@ -23,8 +23,9 @@ from .options import check_gpu_layers, gpu_layers_option
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plan file (default: MODEL.kv-plan-<bits>.json beside the model); {bits} is replaced.")
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
-@gpu_layers_option()
-def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_layers):
+@offload_options()
+def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_layers, rpc, split_mode, tensor_split,
+            main_gpu, device):
     """Measure how much each layer's K and V cache costs in KLD when lowered (on a
     calibration text), then choose per-layer types that minimise the predicted KLD with
     average bits/value <= --bits. The chosen plan and every uniform K/V pair that fits the
@@ -36,7 +37,8 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_la
     from ..runtime import EngineError
     from ..texts import builtin_corpus
 
-    check_gpu_layers(n_gpu_layers)
+    offload = resolve_offload(offload=offload, rpc=rpc, split_mode=split_mode, tensor_split=tensor_split,
+                              main_gpu=main_gpu, device=device)
     try:
         cand = parse_types(types)
         for b in bits:
@@ -55,12 +57,12 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_la
 
     layers = model_layers(path)
     first_out = Path(str(out).replace("{bits}", f"{bits[0]:g}")) if out else path
-    store = store_path(first_out.parent, path, text, n_ctx, chunks, gpu=n_gpu_layers != 0)
+    store = store_path(first_out.parent, path, text, n_ctx, chunks, gpu=offload.key() != "cpu")
     click.echo(f"mix: {path.name}, {layers.n_layer} layers x K,V x {', '.join(cand)}: "
                f"{1 + 2 * layers.n_layer * len(cand)} runs over {chunks} x {n_ctx} tokens of {label}; "
                f"measurements go to {store} (a rerun, or another --bits, reuses them)", err=True)
     try:
-        sens = measure(path, text, types=cand, n_ctx=n_ctx, chunks=chunks, n_threads=threads, n_gpu_layers=n_gpu_layers,
+        sens = measure(path, text, types=cand, n_ctx=n_ctx, chunks=chunks, n_threads=threads, offload=offload,
                        progress=lambda m: click.echo("  " + m, err=True), store=store)
     except MixError as e:
         raise click.UsageError(str(e)) from e
@@ -74,7 +76,7 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_la
                err=True)
     try:  # the whole plans and the uniform pairs on the same calibration chunks: keep what measures lowest
         choices = choose_checked(path, text, sens, list(bits), head_k=layers.head_k, head_v=layers.head_v,
-                                 n_ctx=n_ctx, chunks=chunks, n_threads=threads, n_gpu_layers=n_gpu_layers,
+                                 n_ctx=n_ctx, chunks=chunks, n_threads=threads, offload=offload,
                                  progress=lambda m: click.echo("  " + m, err=True))
     except (EngineError, EngineNotBuiltError) as e:
         raise click.ClickException(str(e)) from e

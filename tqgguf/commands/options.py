@@ -87,28 +87,68 @@ def text_option():
                         help=setting_help("text"))
 
 
-def gpu_layers_option():
-    """``-ngl/--n-gpu-layers N`` (parameter ``n_gpu_layers``): layers offloaded to the GPU, as
-    llama.cpp's flag; 0 = CPU only, -1 = all. A GPU request on an engine without a GPU
-    backend, or with no GPU found, is refused (GPUOffloadError: tqgguf.runtime.open_model,
-    tqgguf.bench.validate; serve: its llama-server's devices); verbs check it first with
-    :func:`check_gpu_layers`."""
-    return click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=click.IntRange(min=-1), default=0,
-                        show_default=True, metavar="N",
-                        help="Layers to offload to the GPU (-1 = all); needs `tqgguf build --backend cuda|metal`.")
+def offload_options():
+    """``-ngl``, ``--rpc``, ``-sm``, ``-ts``, ``-mg``, ``-dev`` (parameters ``n_gpu_layers``, ``rpc``,
+    ``split_mode``, ``tensor_split``, ``main_gpu``, ``device``): where the model goes, spelled
+    as llama.cpp's flags; each is a setting (tqgguf.config, with its TQGGUF_* variable), so
+    the flags only collect text and :func:`resolve_offload` validates it."""
+    opts = [
+        click.option("-ngl", "--n-gpu-layers", "--gpu-layers", "n_gpu_layers", metavar="N|auto|all", default=None,
+                     help=setting_help("n_gpu_layers")),
+        click.option("--rpc", "rpc", metavar="HOST:PORT[,...]", default=None, help=setting_help("rpc")),
+        click.option("-sm", "--split-mode", "split_mode", metavar="none|layer|row|tensor", default=None,
+                     help=setting_help("split_mode")),
+        click.option("-ts", "--tensor-split", "tensor_split", metavar="N0,N1,...", default=None,
+                     help=setting_help("tensor_split")),
+        click.option("-mg", "--main-gpu", "main_gpu", metavar="INDEX", default=None, help=setting_help("main_gpu")),
+        click.option("-dev", "--device", "device", metavar="DEV[,...]|none", default=None, help=setting_help("device")),
+    ]
+
+    def wrap(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+    return wrap
 
 
-def check_gpu_layers(n_gpu_layers: int) -> None:
-    """Refuse ``-ngl N`` that the installed engine cannot place on a GPU, before any work,
-    as a usage error (exit 2, the engine's reason: CPU-only build, or no device found), the
-    same in every verb that loads the model in-process. -ngl 0 passes without loading the
-    engine; a missing engine is a ClickException (exit 1) saying to run ``tqgguf build``."""
+OFFLOAD_KEYS = ("n_gpu_layers", "rpc", "split_mode", "tensor_split", "main_gpu", "device")
+
+
+def offload_overrides(**values) -> dict:
+    """The settings overrides of the :func:`offload_options` flags (None = not given)."""
+    return {k: values.get(k) for k in OFFLOAD_KEYS}
+
+
+def resolve_offload(settings=None, **values):
+    """The tqgguf.devices.Offload of the offload flags (``values``: the click parameters)
+    over the variables and defaults, checked against the engine before any work: workers
+    reachable and turbo-capable, ``-dev``/``-ts``/``-mg`` fit the devices, ``-ngl N`` has a
+    device. Bad values and a misfit are usage errors (exit 2); an unusable worker, or a
+    missing engine, exit 1 with the reason. ``settings``: already resolved Settings to take
+    the values from instead. Returns the Offload (cheap to pass; verbs load the model later)."""
     from ..cachetypes import EngineNotBuiltError
-    from ..engine import GPUOffloadError, check_gpu_offload
+    from ..config import SettingsError, resolve_settings
+    from ..devices import DeviceError, Offload, WorkerError
+    from ..engine import EngineError, GPUOffloadError
 
+    if settings is None:
+        try:
+            settings = resolve_settings(offload_overrides(**values), check=False)
+        except SettingsError as e:
+            raise click.UsageError(str(e)) from None
+    off = Offload.from_settings(settings)
+    if off.cpu_only and not off.rpc:
+        return off
     try:
-        check_gpu_offload(n_gpu_layers)
-    except GPUOffloadError as e:
+        off.prepare()
+    except (DeviceError, GPUOffloadError) as e:
         raise click.UsageError(str(e)) from None
-    except EngineNotBuiltError as e:
+    except (WorkerError, EngineError, EngineNotBuiltError) as e:
         raise click.ClickException(str(e)) from None
+    return off
+
+
+def echo_placement(engine) -> None:
+    """Print where the layers and their K and V cache live (stderr), as the startup of ppl and bench."""
+    for line in engine.placement_lines():
+        click.echo(f"placement: {line}", err=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from ..cachetypes import EngineNotBuiltError, type_info
-from .options import (cache_type_options, check_gpu_layers, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options,
-                      rotation_option, text_option)
+from .options import (cache_type_options, echo_placement, flash_attn_option, k_center_option, kv_plan_options,
+                      offload_options, offload_overrides, resolve_offload, rotation_option, text_option)
 
 
 @click.command(name="ppl")
@@ -25,12 +25,12 @@ from .options import (cache_type_options, check_gpu_layers, flash_attn_option, g
 @k_center_option()
 @kv_plan_options()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
-@gpu_layers_option()
+@offload_options()
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the result as JSON to this file.")
 @click.option("-v", "--verbose", is_flag=True, help="Show llama.cpp's log.")
 def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn, k_center, kv_boundary, kv_swa, kv_plan,
-            threads, n_gpu_layers, json_file, verbose):
+            threads, n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, json_file, verbose):
     """Perplexity of MODEL (a GGUF path or a name from `tqgguf models list`) on a text,
     computed the way llama-perplexity does (second half of each n_ctx chunk scored)."""
     from ..models import ModelError, resolve_model
@@ -42,10 +42,12 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
     try:  # flags > TQGGUF_* > OLLAMA_* > defaults, the same settings model as `serve`
         st = resolve_settings({"cache_type_k": ctk, "cache_type_v": ctv, "flash_attention": flash_attn,
                                "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
-                               "kv_swa": kv_swa, "kv_plan": kv_plan})
+                               "kv_swa": kv_swa, "kv_plan": kv_plan,
+                               **offload_overrides(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode,
+                                                   tensor_split=tensor_split, main_gpu=main_gpu, device=device)})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
-    check_gpu_layers(n_gpu_layers)
+    offload = resolve_offload(st)
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
     k_center = st.k_center
     if json_file:  # fail before the run, not after it
@@ -59,13 +61,14 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
         text = resolve_text(text_file)
         path = resolve_model(model)
         engine = open_model(path, ctk=ctk, ctv=ctv, n_ctx=n_ctx, n_batch=n_batch, flash_attn=flash_attn, rotation=rot,
-                            n_threads=threads, n_gpu_layers=n_gpu_layers, verbose=verbose, k_center=k_center,
+                            n_threads=threads, offload=offload, verbose=verbose, k_center=k_center,
                             kv_boundary=st.kv_boundary, kv_swa=st.kv_swa, kv_plan=st.kv_plan)
     except (ModelError, EngineError, EngineNotBuiltError, FileNotFoundError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     r = engine.report
     err = click.echo
     err(f"model: {path.name}   text: {text.label}", err=True)
+    echo_placement(engine)
     err(f"KV cache: K {r.k_type} {r.k_mib:.2f} MiB, V {r.v_type} {r.v_mib:.2f} MiB ({r.cells} cells); "
         f"attn_rot_k = {int(bool(r.attn_rot_k))}, attn_rot_v = {int(bool(r.attn_rot_v))}; flash_attn = {r.flash_attn}", err=True)
     if warning := training_context_warning(r.n_ctx, r.n_ctx_train):

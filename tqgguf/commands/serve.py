@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from .options import cache_type_options, flash_attn_option, gpu_layers_option, k_center_option, kv_plan_options, rotation_option
+from .options import (cache_type_options, flash_attn_option, k_center_option, kv_plan_options, offload_options, offload_overrides,
+                      resolve_offload, rotation_option)
 
 
 def _echo_err(line: str) -> None:
@@ -40,13 +41,13 @@ def _echo_err(line: str) -> None:
 @click.option("--keep-alive", "keep_alive", metavar="DURATION", default=None,
               help="Idle time before the model unloads: 5m, 1h, 30s, 0, -1 = forever "
                    "[env TQGGUF_KEEP_ALIVE, OLLAMA_KEEP_ALIVE; default 5m].")
-@gpu_layers_option()
+@offload_options()
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads of llama-server (default: its own, every core).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")
 @click.option("-v", "--verbose", is_flag=True, help="Show every line of llama-server's log (default: warnings, errors).")
 def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, kv_boundary, kv_swa, kv_plan, host, port,
-            keep_alive, n_gpu_layers, threads, alias, verbose):
+            keep_alive, n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, threads, alias, verbose):
     """Serve MODEL (a GGUF path or a name from `tqgguf models list`) with OpenAI (/v1) and
     Ollama (/api) compatible APIs, through a supervised llama-server child built by
     `tqgguf build` (or TQGGUF_LLAMA_SERVER). -np N slots of -c tokens each, continuously
@@ -56,7 +57,9 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
                  "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
                  "kv_swa": kv_swa, "kv_plan": kv_plan, "host": host, "port": port, "keep_alive": keep_alive,
-                 "max_context": max_ctx}
+                 "max_context": max_ctx,
+                 **offload_overrides(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode, tensor_split=tensor_split,
+                                     main_gpu=main_gpu, device=device)}
     try:
         settings = resolve_settings(overrides)
     except SettingsError as e:
@@ -79,7 +82,19 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.ClickException(str(e)) from None
 
     from ..builder.driver import llama_server_path
+    from ..devices import Offload
     from ..engine import GPUOffloadError
+
+    offload = Offload.from_settings(settings)
+    if offload.rpc:  # every worker reachable and turbo-capable before anything starts (the child would abort)
+        from ..config import parse_endpoints
+        from ..devices import WorkerError, probe_worker
+
+        try:
+            for ep in parse_endpoints(offload.rpc):
+                probe_worker(ep)
+        except WorkerError as e:
+            raise click.ClickException(str(e)) from None
     from ..models import ModelError, resolve_model
     from ..server import ServeConfig, serve
     from ..server.child import ChildError
@@ -106,7 +121,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     except ValueError as e:  # KCenterError, KVPlanError: name the flag and what is allowed
         raise click.UsageError(str(e)) from None
     config = ServeConfig(model_path=path, alias=alias, settings=settings, llama_server=binary,
-                         n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, engine_env=env,
+                         n_gpu_layers=_ngl(settings.n_gpu_layers), offload=offload, n_threads=threads, verbose=verbose, engine_env=env,
                          engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path])
     try:
         stopped_by = serve(config, echo=_echo_err)
@@ -119,6 +134,12 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     except (ChildError, RuntimeError) as e:
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
     end_by_signal(stopped_by)  # SIGINT: exit 130; SIGTERM: re-raised, the process ends by it
+
+
+def _ngl(value: str) -> int | None:
+    """The -ngl setting as llama-server's child takes it: None for auto (its own default, fit to
+    the devices), -1 for all, else the count."""
+    return None if value == "auto" else -1 if value == "all" else int(value)
 
 
 class _EngineEnv:

@@ -11,7 +11,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from ..cachetypes import CacheTypeError, EngineNotBuiltError, is_quantized
 from ..kvplan import build_plan, parse_plan_axes
 from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
-from .options import cache_type_options, check_gpu_layers, gpu_layers_option, k_center_option, kv_plan_options, rotation_option, text_option
+from .options import (cache_type_options, k_center_option, kv_plan_options, offload_options, resolve_offload, rotation_option,
+                      text_option)
 
 console = Console(stderr=True)
 
@@ -30,11 +31,12 @@ console = Console(stderr=True)
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="f16 baseline file (llama-perplexity --kl-divergence-base format); default: cached per model/text/n_ctx.")
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
-@gpu_layers_option()
+@offload_options()
 @click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags (implied by a budget).")
 @click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")
 @click.option("--max-dppl", type=float, default=None, help="Budget for --recommend: ΔPPL in percent (with --max-kld, both must hold).")
-def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_plan, n_ctx, chunks, out_dir, baseline, threads, n_gpu_layers, recommend,
+def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_plan, n_ctx, chunks, out_dir, baseline, threads, n_gpu_layers, rpc, split_mode,
+            tensor_split, main_gpu, device, recommend,
             max_kld, max_dppl):
     """Run every K x V x rotation x K-center x layer-plan combination (llama-bench style lists) against
     an f16/f16 baseline computed once: PPL, ΔPPL, KLD, KLD p99, Same top p, RMS Δp, KV bytes per token."""
@@ -49,7 +51,8 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
     recommend = recommend or max_kld is not None or max_dppl is not None  # a budget asks for a recommendation
     if recommend and max_kld is None and max_dppl is None:
         raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
-    check_gpu_layers(n_gpu_layers)
+    offload = resolve_offload(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode, tensor_split=tensor_split,
+                              main_gpu=main_gpu, device=device)
     try:
         kcs = parse_k_centers(k_center)
         plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
@@ -75,7 +78,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
     console.print(f"model: {path.name}  text: {text.label}  n_ctx {n_ctx}, {chunks} chunks, "
                   f"{len(configs)} configurations -> {out_dir}")
     spec = SweepSpec(model=path, text=text, configs=configs, n_ctx=n_ctx, chunks=chunks, out_dir=out_dir,
-                     baseline=baseline, threads=threads, n_gpu_layers=n_gpu_layers)
+                     baseline=baseline, threads=threads, offload=offload)
     t0 = time.time()
     try:
         with Progress(TextColumn("[bold]{task.fields[cfg]}"), TextColumn("config {task.fields[i]}/{task.fields[n]}"),

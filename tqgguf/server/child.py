@@ -58,7 +58,9 @@ class ChildSpec:
     binary: the llama-server executable; model: GGUF path; alias: the model name it
     reports; n_ctx: context per slot in tokens (llama-server's ``-c`` is the total over
     ``-np`` slots, so ``-c n_ctx*n_parallel`` is passed); n_parallel: ``-np``; ctk/ctv:
-    ggml cache type names; flash_attn: on/off/auto; n_gpu_layers: ``-ngl`` (-1: all layers); n_threads:
+    ggml cache type names; flash_attn: on/off/auto; n_gpu_layers: ``-ngl`` (-1: all layers; None:
+    llama-server's own default, as many layers as fit, ``-fit on``); offload_args: the split
+    flags (``--rpc``, ``-sm``, ``-ts``, ``-mg``, ``-dev``) as llama-server takes them; n_threads:
     ``-t`` (None: llama-server's default, every core); n_batch: ``-b`` (None: llama-server's
     default, :data:`LLAMA_DEFAULT_N_BATCH`); use_mmap: False passes ``--no-mmap``; embedding:
     an embeddings-only child (``--embeddings``, mean pooling when the model declares none,
@@ -74,7 +76,8 @@ class ChildSpec:
     ctk: str = "f16"
     ctv: str = "f16"
     flash_attn: str = "auto"
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = 0
+    offload_args: list[str] = field(default_factory=list)
     n_threads: int | None = None
     n_batch: int | None = None
     use_mmap: bool = True
@@ -86,8 +89,12 @@ class ChildSpec:
     def argv(self, port: int) -> list[str]:
         """The llama-server command line for ``port`` (flags as llama.cpp names them)."""
         a = [str(self.binary), "-m", str(self.model), "--host", LOOPBACK, "--port", str(port), "-a", self.alias,
-             "-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.flash_attn, "-ngl", "all" if self.n_gpu_layers < 0 else str(self.n_gpu_layers),
-             "-fit", "off", "--no-webui", "--metrics", "--jinja"]
+             "-ctk", self.ctk, "-ctv", self.ctv, "-fa", self.flash_attn]
+        if self.n_gpu_layers is None:  # llama-server's default: -ngl auto, fitted to the devices' memory
+            a += ["-fit", "on"]
+        else:
+            a += ["-ngl", "all" if self.n_gpu_layers < 0 else str(self.n_gpu_layers), "-fit", "off"]
+        a += [*self.offload_args, "--no-webui", "--metrics", "--jinja"]
         if self.embedding:
             # embeddings need the whole input in one ubatch; one slot is enough for them
             a += ["-c", str(self.n_ctx), "-np", "1", "-b", str(self.n_ctx), "-ub", str(self.n_ctx), "--embeddings"]

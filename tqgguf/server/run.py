@@ -75,8 +75,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def gpu_devices_error(config: ServeConfig) -> str | None:
     """Why ``-ngl`` > 0 cannot be honoured by this llama-server (it lists no GPU device
     with ``--list-devices``), or None. llama-server itself would quietly run on the CPU."""
-    if config.n_gpu_layers == 0:
-        return None
+    if config.n_gpu_layers in (0, None) or (config.offload is not None and config.offload.rpc):
+        return None  # auto, the CPU, or RPC workers (probed when each child starts)
     try:
         if gpu_devices(config.llama_server):
             return None
@@ -85,6 +85,26 @@ def gpu_devices_error(config: ServeConfig) -> str | None:
     return (f"-ngl {config.n_gpu_layers} asks for GPU layers, but {config.llama_server} lists no GPU device "
             "(built for the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it): build it with "
             "`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use -ngl 0")
+
+
+def runner_placement(runner: Runner) -> list[str]:
+    """Where the runner's llama-server put the layers and their K and V cache, one line per
+    device (tqgguf.devices.parse_placement over its load log); [] when it cannot be told."""
+    from ..cachetypes import type_info
+    from ..devices import parse_placement, placement_lines
+    from ..kvplan import build_plan, model_layers
+
+    s = runner.config.settings
+    try:
+        layers = model_layers(runner.model.path)
+        plan = build_plan(runner.model.path, boundary=s.kv_boundary, swa=s.kv_swa, plan=s.kv_plan)
+        pairs = plan.types(s.cache_type_k, s.cache_type_v) if plan else [(s.cache_type_k, s.cache_type_v)] * layers.n_layer
+        k = [type_info(a).row_bytes(layers.n_head_kv * layers.head_k) for a, _ in pairs]
+        v = [type_info(b).row_bytes(layers.n_head_kv * layers.head_v) for _, b in pairs]
+    except Exception:  # noqa: BLE001 - a placement we cannot compute is left out, never fatal
+        return []
+    cells = runner.n_ctx * s.num_parallel
+    return placement_lines(parse_placement("\n".join(runner.load_lines), layers.n_layer, k, v, cells))
 
 
 def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> list[str]:
@@ -109,7 +129,12 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
                  f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")
     threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's default)"
-    lines.append(f"threads: {threads}; -ngl {config.n_gpu_layers}")
+    ngl = "auto" if config.n_gpu_layers is None else ("all" if config.n_gpu_layers < 0 else config.n_gpu_layers)
+    lines.append(f"threads: {threads} (from {'flag -t' if config.n_threads else 'default'}); -ngl {ngl} "
+                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded else ""))
+    if config.offload is not None and config.offload.rpc:
+        lines.append(f"rpc workers: {config.offload.rpc} (from {src('rpc')}); -sm {config.offload.split_mode}")
+    lines += [f"placement: {x}" for x in runner_placement(runner)]
     lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
                  f"(from {src('max_loaded_models')})")

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import re
 import logging
 import os
 import subprocess
@@ -69,13 +70,13 @@ class LoadParams:
     options may change by reloading the model (:meth:`Manager.plan_load`).
 
     n_batch: ``-b`` (None: llama-server's default, ``LLAMA_DEFAULT_N_BATCH``); n_threads:
-    ``-t`` (None: llama-server's default); n_gpu_layers: ``-ngl`` (-1: all); use_mmap: False
-    passes ``--no-mmap``.
+    ``-t`` (None: llama-server's default); n_gpu_layers: ``-ngl`` (-1: all; None: as many as
+    fit, llama-server's default); use_mmap: False passes ``--no-mmap``.
     """
 
     n_batch: int | None = None
     n_threads: int | None = None
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None
     use_mmap: bool = True
 
 
@@ -102,7 +103,8 @@ class ServeConfig:
 
     model_path: the GGUF file served by default; alias: the name clients use for it;
     settings: resolved :class:`~tqgguf.config.Settings`; llama_server: the binary;
-    n_gpu_layers: ``-ngl``; n_threads: ``-t`` for llama-server (None: its default, every
+    n_gpu_layers: ``-ngl`` (None: auto, as many as fit); offload: the ``--rpc``/``-sm``/``-ts``/``-mg``/``-dev``
+    settings (tqgguf.devices.Offload, None: none); n_threads: ``-t`` for llama-server (None: its default, every
     core); verbose: echo every llama-server log line (otherwise only warnings, errors and
     load/exit lines); engine_env: the engine variables (LLAMA_*) of the default model's
     child; engine_env_for: the same for any model path (``--k-center auto`` and layer plans
@@ -114,7 +116,8 @@ class ServeConfig:
     alias: str
     settings: Settings
     llama_server: Path
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None
+    offload: Any = None
     n_threads: int | None = None
     verbose: bool = False
     engine_env: dict[str, str] = field(default_factory=dict)
@@ -278,11 +281,35 @@ def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
         read_bufsize=1 << 20)
 
 
-def _layers(n_gpu_layers: int, n_layer: int) -> int:
+_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device")
+
+
+def offload_args(offload) -> list[str]:
+    """llama-server's flags for a tqgguf.devices.Offload (``--rpc``, ``-sm``, ``-ts``, ``-mg``, ``-dev``;
+    only those that differ from llama-server's defaults), [] for None."""
+    if offload is None:
+        return []
+    a = []
+    if offload.rpc:
+        a += ["--rpc", offload.rpc]
+    if offload.split_mode != "layer":
+        a += ["-sm", offload.split_mode]
+    if offload.tensor_split:
+        a += ["-ts", ",".join(f"{x:g}" for x in offload.tensor_split)]
+    if offload.main_gpu:
+        a += ["-mg", str(offload.main_gpu)]
+    if offload.device:
+        a += ["-dev", offload.device]
+    return a
+
+
+def _layers(n_gpu_layers: int | None, n_layer: int) -> int:
     """Layers a ``-ngl`` value offloads for a model of ``n_layer`` blocks: a negative value
     (``-ngl all``) or one above ``n_layer + 1`` is every block plus the output layer
     (llama.cpp counts the output as one more layer); 0 when the block count is unknown and
     ``-ngl`` is 0, else the value itself."""
+    if n_gpu_layers is None:
+        return 0
     if n_layer <= 0:
         return n_gpu_layers
     return n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
@@ -330,6 +357,9 @@ class Runner:
         self.reload_reason = ""  # what the last reload for a request changed, e.g. "num_ctx 4096"
         self.cut_reason: str | None = None  # why the connections to the child were closed (shutdown)
         self.streams: set[aiohttp.ClientResponse] = set()  # streamed answers being relayed now
+        self.load_lines: list[str] = []  # the child's load and KV lines (placement: tqgguf.devices.parse_placement)
+        self.offloaded: int | None = None  # layers the child offloaded ("offloaded N/M layers to GPU")
+        self.worker_down = False  # the last start failed because an RPC worker could not be used
 
     @property
     def key(self) -> tuple[str, str]:
@@ -340,6 +370,7 @@ class Runner:
         return ChildSpec(binary=c.llama_server, model=self.model.path, alias=self.model.name, n_ctx=self.n_ctx,
                          n_parallel=s.num_parallel, ctk=s.cache_type_k, ctv=s.cache_type_v,
                          flash_attn=s.flash_attention, n_gpu_layers=self.load.n_gpu_layers,
+                         offload_args=offload_args(c.offload),
                          n_threads=self.load.n_threads, n_batch=self.load.n_batch, use_mmap=self.load.use_mmap,
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
@@ -367,6 +398,8 @@ class Runner:
         if option == "num_thread":
             return self.load.n_threads or (self.child.n_threads if self.child else None)
         if option == "num_gpu":
+            if self.load.n_gpu_layers is None:  # auto: what the child reported
+                return self.offloaded or 0
             return _layers(self.load.n_gpu_layers, self.model.n_layer())
         if option == "use_mmap":
             return self.load.use_mmap
@@ -388,6 +421,10 @@ class Runner:
             raise ChildError(f"cannot load {self.model.name} with these settings: {e}") from e
 
     def _on_line(self, line: str) -> None:
+        if _PLACEMENT_LINE.search(line):
+            self.load_lines.append(line)
+            if m := re.search(r"offloaded (\d+)/(\d+) layers", line):
+                self.offloaded = int(m.group(1))
         # llama-server's lines carry a level letter after the timestamp: I, W, E
         parts = line.split(" ", 2)
         level = parts[1] if len(parts) > 2 and len(parts[1]) == 1 else "I"
@@ -408,6 +445,8 @@ class Runner:
         except ChildError as e:
             self.state, self.error = "failed", str(e)
             raise
+        await self._check_workers()
+        self.load_lines, self.offloaded = [], None
         child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
@@ -435,6 +474,25 @@ class Runner:
                  child.pid, child.port, what)
         self._watch = asyncio.create_task(self._supervise(child))
 
+    async def _check_workers(self) -> None:
+        """Probe every ``--rpc`` worker before the child connects to it: llama-server aborts on a
+        worker it cannot reach, so a missing or unusable one is an Unavailable (503) naming it
+        instead, and the next request tries again (the worker may be back)."""
+        off = self.config.offload
+        if off is None or not off.rpc:
+            return
+        from ..devices import WorkerError, probe_worker
+        from ..config import parse_endpoints
+
+        for ep in parse_endpoints(off.rpc):
+            try:
+                await asyncio.to_thread(probe_worker, ep)
+            except WorkerError as e:
+                self.state, self.error, self.worker_down = "failed", f"{self.model.name} cannot load: {e}", True
+                log.error("%s", self.error)
+                raise Unavailable(self.error) from None
+        self.worker_down = False
+
     async def _supervise(self, child: Child) -> None:
         code = await child.wait_exit()
         if child.stopping or child is not self.child:
@@ -457,6 +515,8 @@ class Runner:
             try:
                 await self.start()
                 log.info("llama-server for %s restarted (restart %d)", self.model.name, len(self.restarts))
+            except Unavailable:
+                pass  # a worker is gone: said by _check_workers; the next request tries again
             except ChildError as e:
                 self.state, self.error = "failed", f"restart failed: {e}"
                 log.error("%s", self.error)
@@ -629,7 +689,7 @@ class Manager:
                 r.load = params
                 try:
                     await r.start()
-                except ChildError:
+                except (ChildError, Unavailable):
                     if self.runners.get(key) is r:
                         del self.runners[key]
                     await r.stop()
@@ -652,8 +712,8 @@ class Manager:
                 r.load = params
                 await r.start()
                 reloaded = True
-            elif r.state == "stopped" and self.runners.get(key) is r:
-                await r.start()
+            elif (r.state == "stopped" or (r.state == "failed" and r.worker_down)) and self.runners.get(key) is r:
+                await r.start()  # a worker that was down may be back: probed again first
             if reloaded:
                 r.reload_reason = ", ".join(changes)
         if self.runners.get(key) is not r:  # unloaded while this request waited: load it again
@@ -664,6 +724,8 @@ class Manager:
 
     async def has_gpu(self) -> bool:
         """Whether the llama-server binary lists a GPU device (asked once)."""
+        if self._has_gpu is None and self.config.offload is not None and self.config.offload.rpc:
+            self._has_gpu = True  # RPC workers are offload devices
         if self._has_gpu is None:
             try:
                 self._has_gpu = bool(await asyncio.to_thread(gpu_devices, self.config.llama_server))

@@ -39,6 +39,13 @@ class SweepSpec:
     baseline: Path | None = None
     threads: int | None = None
     n_gpu_layers: int = 0
+    offload: object = None  # tqgguf.devices.Offload; None: n_gpu_layers alone
+
+    def where(self) -> str:
+        """What the rows are measured on: ``cpu`` or the offload's key (tqgguf.devices.Offload.key)."""
+        if self.offload is not None:
+            return self.offload.key()
+        return "cpu" if self.n_gpu_layers == 0 else f"ngl={self.n_gpu_layers}"
 
 
 def default_baseline_path(model_sha: str, text_sha: str, n_ctx: int, chunks: int, gpu: bool = False) -> Path:
@@ -60,9 +67,11 @@ def read_rows(results: Path) -> list[dict]:
     return rows
 
 
-def load_done(rows: list[dict], run_id: str) -> dict[str, dict]:
-    """The rows of run ``run_id`` by configuration key."""
-    return {row["key"]: row for row in rows if row.get("run_id") == run_id}
+def load_done(rows: list[dict], run_id: str, where: str = "cpu") -> dict[str, dict]:
+    """The rows of run ``run_id`` measured on ``where`` (a row without the field was measured
+    before devices were recorded: on the CPU), by configuration key; a row of another device
+    set is measured again."""
+    return {row["key"]: row for row in rows if row.get("run_id") == run_id and row.get("offload", "cpu") == where}
 
 
 class SweepDirError(ValueError):
@@ -118,22 +127,22 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
     run_id = f"{model_sha[:16]}-{spec.text.sha256[:12]}-c{spec.n_ctx}-n{spec.chunks}"
     rows = read_rows(results)  # read once: another run's rows refuse the dir, this run's resume
     check_same_run(rows, spec.out_dir, run_id, spec.model.name, spec.text.label, spec.n_ctx, spec.chunks)
-    done = load_done(rows, run_id)
+    done = load_done(rows, run_id, spec.where())
     todo = [c for c in spec.configs if c.key not in done]
     if done:
         log(f"resuming: {len(done)} of {len(spec.configs)} configurations already in {results}")
     n_cfg = len(spec.configs)
-    base_path = spec.baseline or default_baseline_path(model_sha, spec.text.sha256, spec.n_ctx, spec.chunks, spec.n_gpu_layers != 0)
+    base_path = spec.baseline or default_baseline_path(model_sha, spec.text.sha256, spec.n_ctx, spec.chunks, spec.where() != "cpu")
     reader = None
     common = {"run_id": run_id, "model": spec.model.name, "model_sha256": model_sha, "text": spec.text.label,
-              "n_ctx": spec.n_ctx}
+              "n_ctx": spec.n_ctx, "offload": spec.where()}
     if not todo:
         return _finalize(done, spec.configs)
 
     def engine_for(cfg: Config):
         return open_model(spec.model, ctk=cfg.ctk, ctv=cfg.ctv, n_ctx=spec.n_ctx, flash_attn="on",
                           rotation=cfg.rot is not False, n_threads=spec.threads, n_gpu_layers=spec.n_gpu_layers,
-                          k_center=cfg.kc, kv_boundary=cfg.boundary or None, kv_swa=cfg.swa or None,
+                          offload=spec.offload, k_center=cfg.kc, kv_boundary=cfg.boundary or None, kv_swa=cfg.swa or None,
                           kv_plan=cfg.kvmap or None)
 
     def bits(cfg: Config) -> float:
@@ -211,7 +220,9 @@ def run_sweep(spec: SweepSpec, *, progress: Progress | None = None, log: Callabl
         try:
             row.update(_kv_fields(engine.report, engine.report.cells),
                        k_center_active=engine.report.k_center_active, k_center_engine=engine.report.k_center,
-                       k_center_reason=engine.k_center_reason)
+                       k_center_reason=engine.k_center_reason,
+                       devices=",".join(p.device for p in engine.placement if p.layers and p.device != "CPU") or "CPU",
+                       placement=engine.placement_lines())
             if engine.kv_plan is not None:  # a mixed plan: the engine's own count of bits per value
                 row.update(bits_per_value=engine.report.bits_per_value, kv_plan_engine=engine.kv_plan.engine_value(),
                            kv_plan_layers=engine.report.kv_plan_layers)
