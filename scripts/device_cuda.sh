@@ -40,7 +40,7 @@ stage)
     nproc > "$OUT/nproc.txt"; nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true; nvcc --version > "$OUT/nvcc.txt" 2>&1 || true
     # in the foreground: the device tool ends a call's background processes with the call
     bash -c "cmake -S $W/llama.cpp -B $W/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
+        -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
         && cmake --build $W/build -j \$(nproc) --target ${TARGETS:-test-backend-ops llama-perplexity llama-bench llama-batched-bench llama-completion} \

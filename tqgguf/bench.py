@@ -661,7 +661,18 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
         if on_result:
             on_result(done[key], resumed)
 
+    shown_placement = []
+
     def opened(cfg):
+        engine = _open(cfg)
+        lines = engine.placement_lines()
+        if lines != shown_placement:  # where the layers and their K/V cache live, when it changes
+            shown_placement[:] = lines
+            for ln in lines:
+                log(f"placement ({cfg[0]}/{cfg[1]}; K/V MiB of the 256-cell load context, each test has its own): {ln}")
+        return engine
+
+    def _open(cfg):
         return open_model(spec.model, ctk=cfg[0], ctv=cfg[1], flash_attn=cfg[2], n_ctx=256, n_batch=256,
                           n_threads=spec.n_threads, n_gpu_layers=spec.n_gpu_layers, kv_plan=_build_plan(spec.model, cfg[3]),
                           rotation=spec.rotation, k_center=spec.k_center, offload=spec.offload, fit_ctx=_most_cells(spec))

@@ -94,17 +94,36 @@ def _lib_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "lib"
 
 
+def engine_library(stem: str) -> Path | None:
+    """The file of the installed engine's library ``stem`` (``ggml``, ``ggml-base``) that
+    libllama itself loads. A wheel cannot hold symbolic links, so ``libggml.so``,
+    ``libggml.so.0`` and ``libggml.so.0.25.3`` are three copies of one library; loading
+    another copy than libllama's (its DT_NEEDED soname, ``lib<stem>.so.<major>``; on macOS
+    ``lib<stem>.<major>.dylib``) would give a second ggml with its own backend registry and
+    abort callback. None when there is no such file."""
+    import re
+
+    files = sorted(_lib_dir().glob(f"lib{stem}.*")) + sorted(_lib_dir().glob(f"{stem}.dll"))
+    rank = [rf"lib{re.escape(stem)}\.so\.\d+", rf"lib{re.escape(stem)}\.\d+\.dylib", rf"lib{re.escape(stem)}\.(so|dylib)",
+            rf"{re.escape(stem)}\.dll"]
+    for pattern in rank:
+        for f in files:
+            if re.fullmatch(pattern, f.name):
+                return f
+    return files[0] if files else None
+
+
 @functools.lru_cache(maxsize=1)
 def libggml_base() -> ctypes.CDLL:
     """ctypes handle of the installed libggml-base (raises EngineNotBuiltError)."""
     lib_dir = _lib_dir()
-    candidates = sorted(lib_dir.glob("libggml-base.*"))
-    if not candidates:
+    path = engine_library("ggml-base")
+    if path is None:
         raise EngineNotBuiltError(f"no libggml-base in {lib_dir}; run `tqgguf build`")
-    lib = ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     if not hasattr(lib, "ggml_type_count"):
         raise EngineNotBuiltError(
-            f"{candidates[0]} is a stock llama.cpp build without the turbo types; run `tqgguf build`")
+            f"{path} is a stock llama.cpp build without the turbo types; run `tqgguf build`")
     lib.ggml_type_count.restype = ctypes.c_int
     lib.ggml_type_name.restype = ctypes.c_char_p
     lib.ggml_type_name.argtypes = [ctypes.c_int]

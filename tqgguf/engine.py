@@ -134,14 +134,14 @@ def check_gpu_offload(n_gpu_layers: int) -> None:
 
 
 def _libggml() -> ctypes.CDLL:
-    """ctypes handle of the installed libggml (the backend registry)."""
-    from .cachetypes import _lib_dir
+    """ctypes handle of the installed libggml (the backend registry): the copy libllama loads
+    (tqgguf.cachetypes.engine_library), so devices registered here are the engine's."""
+    from .cachetypes import _lib_dir, engine_library
 
-    candidates = sorted(_lib_dir().glob("libggml.so*")) + sorted(_lib_dir().glob("libggml.dylib")) \
-        + sorted(_lib_dir().glob("ggml.dll"))
-    if not candidates:
+    path = engine_library("ggml")
+    if path is None:
         raise EngineNotBuiltError(f"no libggml in {_lib_dir()}; run `tqgguf build`")
-    return ctypes.CDLL(str(candidates[0]), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
 
 
 def backend_names() -> list[str]:

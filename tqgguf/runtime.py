@@ -18,7 +18,7 @@ from pathlib import Path
 from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id,
                          type_info)
 from .config import parse_k_center
-from .devices import Offload, parse_placement, placement_lines
+from .devices import Offload, check_tensor_split, parse_placement, placement_lines
 from .engine import EngineError, GPUOffloadError, capture, engine_env, ensure_engine
 from . import kcenter
 from .kvplan import KVPlan, bits_per_value, build_plan, kv_bytes_per_token, model_layers
@@ -217,7 +217,10 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
         if flash_attn_conflict(flash_attn, v):
             raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; {FLASH_ATTN_RULE}")
     ensure_engine()
-    placed = (offload or Offload(n_gpu_layers=n_gpu_layers)).prepare()
+    off = offload or Offload(n_gpu_layers=n_gpu_layers)
+    check_tensor_split(off.split_mode, [ctk, ctv, *(plan.k_types(ctk) | plan.v_types(ctv) if plan else ())],
+                       bool(off.rpc))
+    placed = off.prepare()
     import llama_cpp
 
     kc = parse_k_center(k_center)
@@ -261,7 +264,8 @@ def open_model(model_path: str | os.PathLike, *, ctk: str = "f16", ctv: str = "f
     load_log = capture.since(mark)
     report = parse_kv_report(load_log)
     report.k_center_reason = reason
-    placement = parse_placement(load_log, layers.n_layer, k_rows, v_rows, report.cells)
+    placement = parse_placement(load_log, layers.n_layer, k_rows, v_rows, report.cells,
+                                {d.name: d.description for d in placed.devices})
     if plan is None and report.kv_bytes_per_token is None:  # one type pair: count the bytes exactly
         report.kv_bytes_per_token = kv_bytes_per_token([(ctk, ctv)] * layers.n_layer, layers,
                                                        lambda t, n: type_info(t).row_bytes(n))

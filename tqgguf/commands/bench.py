@@ -78,7 +78,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     ctk = ctk if ctk is not None else st.cache_type_k
     ctv = ctv if ctv is not None else st.cache_type_v
     flash_attn = flash_attn if flash_attn is not None else st.flash_attention
-    offload = resolve_offload(st)
+    offload = resolve_offload(st, kv_types=[*str(ctk).split(','), *str(ctv).split(',')])
     try:
         ks, vs = bench.parse_type_list(ctk, "-ctk"), bench.parse_type_list(ctv, "-ctv")
         fas = bench.parse_fa_list(flash_attn)
@@ -164,6 +164,9 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
 
     previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() else None
     try:
+        from ..devices import set_fatal_note
+
+        set_fatal_note(f"bench: the finished results are kept in {spec.results}; the same command resumes from there")
         rows = bench.run_bench(spec, on_result=shown, log=log)
     except (EngineError, EngineNotBuiltError, RuntimeError, OSError) as e:
         raise click.ClickException(str(e)) from e

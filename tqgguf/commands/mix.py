@@ -37,8 +37,8 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_la
     from ..runtime import EngineError
     from ..texts import builtin_corpus
 
-    offload = resolve_offload(offload=offload, rpc=rpc, split_mode=split_mode, tensor_split=tensor_split,
-                              main_gpu=main_gpu, device=device)
+    offload = resolve_offload(kv_types=str(types).split(","), n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode,
+                              tensor_split=tensor_split, main_gpu=main_gpu, device=device)
     try:
         cand = parse_types(types)
         for b in bits:

@@ -119,13 +119,15 @@ def offload_overrides(**values) -> dict:
     return {k: values.get(k) for k in OFFLOAD_KEYS}
 
 
-def resolve_offload(settings=None, **values):
+def resolve_offload(settings=None, kv_types=(), **values):
     """The tqgguf.devices.Offload of the offload flags (``values``: the click parameters)
     over the variables and defaults, checked against the engine before any work: workers
     reachable and turbo-capable, ``-dev``/``-ts``/``-mg`` fit the devices, ``-ngl N`` has a
     device. Bad values and a misfit are usage errors (exit 2); an unusable worker, or a
     missing engine, exit 1 with the reason. ``settings``: already resolved Settings to take
-    the values from instead. Returns the Offload (cheap to pass; verbs load the model later)."""
+    the values from instead; ``kv_types``: the K/V types the verb will run (``-sm tensor`` is
+    refused with a turbo type, tqgguf.devices.check_tensor_split). Returns the Offload (cheap to
+    pass; verbs load the model later)."""
     from ..cachetypes import EngineNotBuiltError
     from ..config import SettingsError, resolve_settings
     from ..devices import DeviceError, Offload, WorkerError
@@ -136,7 +138,13 @@ def resolve_offload(settings=None, **values):
             settings = resolve_settings(offload_overrides(**values), check=False)
         except SettingsError as e:
             raise click.UsageError(str(e)) from None
+    from ..devices import check_tensor_split
+
     off = Offload.from_settings(settings)
+    try:
+        check_tensor_split(off.split_mode, kv_types, bool(off.rpc))
+    except DeviceError as e:
+        raise click.UsageError(str(e)) from None
     if off.cpu_only and not off.rpc:
         return off
     try:

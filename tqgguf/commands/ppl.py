@@ -47,7 +47,7 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
                                                    tensor_split=tensor_split, main_gpu=main_gpu, device=device)})
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
-    offload = resolve_offload(st)
+    offload = resolve_offload(st, kv_types=[st.cache_type_k, st.cache_type_v])
     ctk, ctv, flash_attn, rot = st.cache_type_k, st.cache_type_v, st.flash_attention, st.attn_rotation
     k_center = st.k_center
     if json_file:  # fail before the run, not after it

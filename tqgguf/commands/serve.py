@@ -86,6 +86,12 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     from ..engine import GPUOffloadError
 
     offload = Offload.from_settings(settings)
+    from ..devices import DeviceError, check_tensor_split
+
+    try:
+        check_tensor_split(offload.split_mode, [settings.cache_type_k, settings.cache_type_v], bool(offload.rpc))
+    except DeviceError as e:
+        raise click.UsageError(str(e)) from None
     if offload.rpc:  # every worker reachable and turbo-capable before anything starts (the child would abort)
         from ..config import parse_endpoints
         from ..devices import WorkerError, probe_worker

@@ -51,8 +51,8 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
     recommend = recommend or max_kld is not None or max_dppl is not None  # a budget asks for a recommendation
     if recommend and max_kld is None and max_dppl is None:
         raise click.UsageError("--recommend needs a budget: --max-kld X or --max-dppl P")
-    offload = resolve_offload(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode, tensor_split=tensor_split,
-                              main_gpu=main_gpu, device=device)
+    offload = resolve_offload(kv_types=[*str(ctk).split(","), *str(ctv).split(",")], n_gpu_layers=n_gpu_layers, rpc=rpc,
+                              split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, device=device)
     try:
         kcs = parse_k_centers(k_center)
         plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
@@ -93,6 +93,10 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
                     prog.reset(task, total=m, cfg=label, i=i, n=n)
                 prog.update(task, completed=j)
 
+            from ..devices import set_fatal_note
+
+            set_fatal_note(f"the finished configurations are kept in {out_dir / 'results.jsonl'}; "
+                           "the same command resumes from there")
             rows = run_sweep(spec, progress=on_progress, log=lambda m: prog.console.print(m))
     except (BaselineMismatchError, SweepDirError, TextTooShortError, OSError, EngineError, EngineNotBuiltError) as e:
         raise click.ClickException(str(e)) from e
