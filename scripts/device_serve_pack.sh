@@ -38,7 +38,7 @@ PY
     -d "$K/wheels" "${REQS[@]}"
 
 # the engine's Python package, without its compiled libraries
-SRC=$("$PY" -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("llama_cpp").origin))')
+SRC=${LLAMA_CPP_SRC:-$("$PY" -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("llama_cpp").origin))')}
 mkdir -p "$K/llama_cpp"
 ( cd "$SRC" && tar --exclude=lib --exclude=__pycache__ --exclude=server -cf - . ) | tar -xf - -C "$K/llama_cpp"
 [ -f "$K/llama_cpp/llama_cpp.py" ] || { echo "error: no llama_cpp package copied from $SRC" >&2; exit 1; }
