@@ -31,7 +31,9 @@
 #pragma once
 
 #include "common.cuh"
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // tests/cuda_host/fa_dec_emul.cpp runs the kernel on the CPU, without the launcher
 #include "fattn-common.cuh"
+#endif
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
@@ -408,6 +410,7 @@ static __global__ void flash_attn_ext_turbo_dec(
 #endif
 }
 
+#ifndef GGML_CUDA_TURBO_HOST_CHECK
 static bool ggml_cuda_turbo_fa_dec_env() {
     static const bool on = [] {
         const char * s = getenv("GGML_CUDA_TURBO_FA_DEC");
@@ -464,3 +467,4 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     return true;
 #endif // GGML_USE_HIP
 }
+#endif // GGML_CUDA_TURBO_HOST_CHECK
