@@ -131,6 +131,7 @@ struct fa_case {
     int n_kv, nh_kv, gqa, nseq, P;
     bool mask, sinks;
     float max_bias;
+    bool cells = false;  // the KV cache's layout: a cell's heads side by side (row stride = all heads)
 };
 
 template <int D, ggml_type tK, ggml_type tV>
@@ -167,8 +168,9 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     const float m1 = powf(2.0f, -(fc.max_bias / 2.0f) / n_head_log2);
 
     const int32_t nb01 = D*4, nb02 = D*4, nb03 = D*4*nhq;
-    const int32_t nb11 = (D/64)*sizeof(bK), nb12 = nb11*nkv; const int64_t nb13 = (int64_t) nb12*fc.nh_kv;
-    const int32_t nb21 = (D/64)*sizeof(bV), nb22 = nb21*nkv; const int64_t nb23 = (int64_t) nb22*fc.nh_kv;
+    const int32_t rK = (D/64)*sizeof(bK), rV = (D/64)*sizeof(bV);
+    const int32_t nb11 = fc.cells ? rK*fc.nh_kv : rK, nb12 = fc.cells ? rK : rK*nkv; const int64_t nb13 = (int64_t) rK*nkv*fc.nh_kv;
+    const int32_t nb21 = fc.cells ? rV*fc.nh_kv : rV, nb22 = fc.cells ? rV : rV*nkv; const int64_t nb23 = (int64_t) rV*nkv*fc.nh_kv;
     const int32_t nb31 = nkv*2; const int64_t nb33 = nb31;
 
     const int P = fc.P;
@@ -247,8 +249,8 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     }
     const double nmse = err2/ref2;
     const bool ok = nmse < 1e-4 && std::isfinite(nmse);  // measured ~1e-6; a wrong element mapping gives ~1e-2
-    printf("%s D=%3d %s/%s kv=%4d kvh=%d gqa=%d G=%d seq=%d P=%d mask=%d sinks=%d alibi=%g: NMSE %.3e max|err| %.3e\n",
-        ok ? "OK  " : "FAIL", D, tname(tK), tname(tV), nkv, fc.nh_kv, fc.gqa, G, nseq, P, fc.mask, fc.sinks, fc.max_bias, nmse, maxerr);
+    printf("%s D=%3d %s/%s kv=%4d kvh=%d gqa=%d G=%d seq=%d P=%d mask=%d sinks=%d alibi=%g cells=%d: NMSE %.3e max|err| %.3e\n",
+        ok ? "OK  " : "FAIL", D, tname(tK), tname(tV), nkv, fc.nh_kv, fc.gqa, G, nseq, P, fc.mask, fc.sinks, fc.max_bias, fc.cells, nmse, maxerr);
     return ok;
 }
 
@@ -262,6 +264,7 @@ int main() {
         { 256, 1, 3, 1, 1, true,  false, 0.0f },
         { 256, 1, 8, 1, 2, true,  false, 8.0f },
         { 256, 1, 4, 1, 1, false, false, 0.0f },
+        { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
     };
     for (const fa_case & fc : cases) {
         ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);

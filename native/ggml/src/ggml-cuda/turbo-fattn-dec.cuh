@@ -224,12 +224,13 @@ static __global__ void flash_attn_ext_turbo_dec(
             mx[h] = KQ_max[h];
             s_own[h] = 0.0f;
         }
+        const char * K_row = K + (int64_t) (kw + (lane & ~(NK - 1)))*nb11;  // then one row stride per step
 #pragma unroll
-        for (int i0 = 0; i0 < NK; ++i0) {
+        for (int i0 = 0; i0 < NK; ++i0, K_row += nb11) {
             const int row = kw + (lane & ~(NK - 1)) + i0;
             int   v[NI];
             float dk[NB];
-            ggml_cuda_turbo_fa_dec_K<type_K, D>(K + (int64_t) row*nb11, tk, v, dk);
+            ggml_cuda_turbo_fa_dec_K<type_K, D>(K_row, tk, v, dk);
             const float mval = maskh ? __half2float(maskh[row]) : 0.0f;
 #pragma unroll
             for (int h = 0; h < G; ++h) {
@@ -276,11 +277,12 @@ static __global__ void flash_attn_ext_turbo_dec(
                 part[h][k] = make_half2(0.0f, 0.0f);
             }
         }
+        const char * V_row = V + (int64_t) (kw + rv)*nb21 + (cv/8)*sizeof(typename ggml_cuda_turbo_traits<type_V>::block);
+        const int V_step = VR*nb21;  // VR rows: a 64-bit add per step, not the row's address from scratch
 #pragma unroll
-        for (int r0 = 0; r0 < WARP_SIZE; r0 += VR) {
+        for (int r0 = 0; r0 < WARP_SIZE; r0 += VR, V_row += V_step) {
             const int r = r0 + rv;
-            const typename ggml_cuda_turbo_traits<type_V>::block * b =
-                (const typename ggml_cuda_turbo_traits<type_V>::block *) (V + (int64_t) (kw + r)*nb21) + cv/8;
+            const typename ggml_cuda_turbo_traits<type_V>::block * b = (const typename ggml_cuda_turbo_traits<type_V>::block *) V_row;
             uint32_t sa, sb;
             ggml_cuda_turbo_fa_dec_V_sel<type_V>(b, cv, sa, sb);
             const half2 d2 = __half2half2(b->d);
