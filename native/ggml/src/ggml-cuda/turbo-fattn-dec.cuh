@@ -261,9 +261,11 @@ static __global__ void flash_attn_ext_turbo_dec(
             const float p = expf(s_own[h] - KQ_max[h]);
             KQ_sum[h] = KQ_sum[h]*rescale + p;
             sh_p[warp][lane][h] = __float2half2_rn(p);
+            if (rescale != 1.0f) {  // warp-uniform; on a long cache the running max rarely moves
 #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                VKQ[h][k] *= rescale;
+                for (int k = 0; k < 8; ++k) {
+                    VKQ[h][k] *= rescale;
+                }
             }
         }
         __syncwarp();
