@@ -7,9 +7,9 @@
 #   scripts/gpu/pack.sh                      (here) .device/cuda/tree.tar.xz from this checkout
 #   scripts/gpu/roofline.sh build            unpack, configure, build test-backend-ops, llama-bench,
 #                                            llama-batched-bench (+ copy-bandwidth), ~6 min on 16 cores
-#   scripts/gpu/roofline.sh check [DECS]     test-backend-ops -b CUDA0, turbo cases of FLASH_ATTN_EXT,
+#   scripts/gpu/roofline.sh check            test-backend-ops -b CUDA0, turbo cases of FLASH_ATTN_EXT,
 #                                            SET_ROWS, GET_ROWS; FLASH_ATTN_EXT once per value in DECS
-#                                            (default "1 0"); OK / FAIL / not supported counts
+#                                            (env, default "1 0"); OK / FAIL / not supported counts
 #   scripts/gpu/roofline.sh kernel           FA decode alone, hd 128 / 8 KV heads / GQA 4 / KV 32768 /
 #                                            1 query (and hd 64 / GQA 8 / KV 7680), f16, q8_0, turbo4,
 #                                            turbo3, turbo2: µs, GB/s and share of the copy bandwidth
@@ -23,7 +23,10 @@
 #                                            RUNS="K/V:NPL:NPP[:DEC] ..." overrides
 #   scripts/gpu/roofline.sh model PATH       write the 8B-shaped random GGUF with scripts/gpu/write_shape.py
 #                                            (if that script is in the tree)
-# Per call of the device tool (10 min): build; check; kernel + batched; bench (or bench split by KVS).
+# Several subcommands run in order in one call: roofline.sh build check kernel. The machine is
+# handed back after ~30 s idle and a new one starts bare (no build), so keep the calls back to
+# back; per call (10 min): "build check" (~6 + ~3 min), "kernel batched MODEL", "bench MODEL"
+# (or bench split with KVS=... / DECS=...). A subcommand that needs the build and finds none says so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=/tmp/tqr
@@ -42,7 +45,8 @@ bits() {
 }
 is_turbo_pair() { case $1 in turbo*/turbo*) return 0 ;; *) return 1 ;; esac; }
 
-case "${1:-}" in
+sub() {
+case "$1" in
 build)
     rm -rf "$W/llama.cpp"
     tar -xJf .device/cuda/tree.tar.xz -C "$W"
@@ -64,7 +68,7 @@ build)
     ;;
 check)
     built
-    DECS=${2:-${DECS:-1 0}}
+    DECS=${DECS:-1 0}
     timeout 300 "$BIN/test-backend-ops" -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo > "$OUT/tbo-rows.txt" 2>&1 || echo "SET_ROWS/GET_ROWS run: rc $?"
     bash scripts/cuda/tbo_summary.sh "$OUT/tbo-rows.txt" | grep -E "SET_ROWS|GET_ROWS" | tee "$OUT/check-summary.txt"
     for dec in $DECS; do
@@ -99,7 +103,7 @@ kernel)
                     -v bk="$(bits "$tk")" -v bv="$(bits "$tv")" -v copy="${copy:-0}" 'BEGIN {
                     mb = kv * nh * hd * (bk + bv) / 8 / 1e6; gbs = mb * 1e6 / (us * 1e-6) / 1e9;
                     printf "| %s | %s | %s | %s | %s / %s | %s | %.2f | %.1f | %.0f | %s |\n", hd, nh, gqa, kv, tk, tv, dec, us, mb, gbs,
-                        copy > 0 ? sprintf("%.0f%%", 100 * gbs / copy) : "?" }'
+                        (copy > 0 ? sprintf("%.0f%%", 100 * gbs / copy) : "?") }'
             done
         done
     } | tee "$OUT/fa-roofline.md"
@@ -141,3 +145,12 @@ model)
 *)
     sed -n "2,/^set -euo/p" "$0" | sed "$ d"; exit 2 ;;
 esac
+}
+
+[ $# -gt 0 ] || { sub help; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        bench|batched|model) [ $# -ge 2 ] || { echo "$1 needs a path" >&2; exit 2; }; sub "$1" "$2"; shift 2 ;;
+        *) sub "$1"; shift ;;
+    esac
+done
