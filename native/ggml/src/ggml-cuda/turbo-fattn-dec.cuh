@@ -21,6 +21,9 @@
 //     half2 (one 16-byte load per row for G = 4); each warp keeps its own running max and sum
 //     over its rows of each tile, and the 4 warps are merged once at the end (no block barrier
 //     inside the KV loop).
+//   - G by the wave rule (ggml_cuda_turbo_fa_dec_heads): grouped only when the grid of
+//     Q heads / G x sequences x KV tiles still fills the GPU, so a short cache is not left to
+//     one block's latency.
 //   - the KV length is split over gridDim.y by upstream's launch_fattn (parallel blocks chosen
 //     to fill whole waves) and merged by its combine kernel, as for the vector kernel.
 // Head dims 64 and 128; no logit softcap (those go to the vector kernel). ALiBi, sinks, the
@@ -433,12 +436,29 @@ static bool ggml_cuda_turbo_fa_dec_env() {
     return on;
 }
 
-// Heads per block: the largest of 4, 2, 1 that divides the gqa ratio.
-static inline int ggml_cuda_turbo_fa_dec_heads(const ggml_tensor * dst) {
+// Heads per block G: the largest of 4, 2 that divides the gqa ratio and still gives a full wave
+// of blocks (Q heads / G x sequences x KV tiles of 128 >= nsm x resident blocks per SM), else 1:
+// a short cache (one sequence at small depth) leaves the GPU nearly empty whatever G, and the
+// call then takes one block's latency, which grows with G (session 9's rule for the vector
+// kernel, docs/CUDA.md). GGML_CUDA_TURBO_FA_GQA=N (read by ggml_cuda_turbo_fa_gqa_env) forces
+// the largest G <= N that divides the ratio, whatever the grid.
+static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * dst) {
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
     const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
-    return gqa_ratio % 4 == 0 ? 4 : gqa_ratio % 2 == 0 ? 2 : 1;
+    const int env       = ggml_cuda_turbo_fa_gqa_env();
+    const int64_t ntiles_KV = (K->ne[1] + ggml_cuda_turbo_fa_dec_rows - 1) / ggml_cuda_turbo_fa_dec_rows;
+    const int64_t nsm       = ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+    for (int G = 4; G > 1; G /= 2) {
+        if (gqa_ratio % G != 0 || (env > 0 && G > env)) {
+            continue;
+        }
+        const int64_t blocks = (Q->ne[2] / G) * Q->ne[3] * ntiles_KV;
+        if (env > 0 || blocks >= nsm * ggml_cuda_turbo_fa_dec_min_blocks(D, G)) {
+            return G;
+        }
+    }
+    return 1;
 }
 
 // true: dst computed by this kernel; false: not taken (switch off or a shape it does not cover)
@@ -463,7 +483,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     }
     constexpr int nwarps = ggml_cuda_turbo_fa_dec_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_dec_rows;
-    switch (ggml_cuda_turbo_fa_dec_heads(dst)) {
+    switch (ggml_cuda_turbo_fa_dec_heads(D, dst)) {
         case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_dec<D, 4, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
         case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_dec<D, 2, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
         default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_dec<D, 1, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
