@@ -9,7 +9,8 @@
 #                                            llama-batched-bench (+ copy-bandwidth), ~6 min on 16 cores
 #   scripts/gpu/roofline.sh check            test-backend-ops -b CUDA0, turbo cases of FLASH_ATTN_EXT,
 #                                            SET_ROWS, GET_ROWS; FLASH_ATTN_EXT once per value in DECS
-#                                            (env, default "1 0"); OK / FAIL / not supported counts
+#                                            (env, default "1 1:4 0": new kernel; new with every GQA case
+#                                            grouped, GGML_CUDA_TURBO_FA_GQA=4; old); OK / FAIL / not supported
 #   scripts/gpu/roofline.sh kernel           FA decode alone, hd 128 / 8 KV heads / GQA 4 / KV 32768 /
 #                                            1 query (and hd 64 / GQA 8 / KV 7680), f16, q8_0, turbo4,
 #                                            turbo3, turbo2: µs, GB/s and share of the copy bandwidth
@@ -68,13 +69,15 @@ build)
     ;;
 check)
     built
-    DECS=${DECS:-1 0}
+    DECS=${DECS:-1 1:4 0}
     timeout 300 "$BIN/test-backend-ops" -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo > "$OUT/tbo-rows.txt" 2>&1 || echo "SET_ROWS/GET_ROWS run: rc $?"
     bash scripts/cuda/tbo_summary.sh "$OUT/tbo-rows.txt" | grep -E "SET_ROWS|GET_ROWS" | tee "$OUT/check-summary.txt"
-    for dec in $DECS; do
-        f="$OUT/tbo-fa-dec$dec.txt"
-        GGML_CUDA_TURBO_FA_DEC=$dec timeout 420 "$BIN/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p turbo > "$f" 2>&1 || echo "FA run DEC=$dec: rc $?"
-        printf 'DEC=%s ' "$dec"; bash scripts/cuda/tbo_summary.sh "$f" | grep FLASH_ATTN_EXT
+    for run in $DECS; do  # DEC or DEC:G (G: GGML_CUDA_TURBO_FA_GQA, forces the heads per block on small cases)
+        dec=${run%%:*}; g=; [ "$run" != "$dec" ] && g=${run#*:}
+        f="$OUT/tbo-fa-dec$dec${g:+-g$g}.txt"
+        env GGML_CUDA_TURBO_FA_DEC=$dec ${g:+GGML_CUDA_TURBO_FA_GQA=$g} timeout 400 "$BIN/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p turbo \
+            > "$f" 2>&1 || echo "FA run DEC=$dec${g:+ GQA=$g}: rc $?"
+        printf 'DEC=%s%s ' "$dec" "${g:+ GQA=$g}"; bash scripts/cuda/tbo_summary.sh "$f" | grep FLASH_ATTN_EXT
         grep -E "FAIL" "$f" | head -20
         tail -2 "$f"
     done | tee -a "$OUT/check-summary.txt"
