@@ -70,12 +70,12 @@ build)
 check)
     built
     DECS=${DECS:-1 1:4 0}
-    timeout 300 "$BIN/test-backend-ops" -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo > "$OUT/tbo-rows.txt" 2>&1 || echo "SET_ROWS/GET_ROWS run: rc $?"
+    timeout 300 "$BIN/test-backend-ops" -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo -j 8 > "$OUT/tbo-rows.txt" 2>&1 || echo "SET_ROWS/GET_ROWS run: rc $?"
     bash scripts/cuda/tbo_summary.sh "$OUT/tbo-rows.txt" | grep -E "SET_ROWS|GET_ROWS" | tee "$OUT/check-summary.txt"
     for run in $DECS; do  # DEC or DEC:G (G: GGML_CUDA_TURBO_FA_GQA, forces the heads per block on small cases)
         dec=${run%%:*}; g=; [ "$run" != "$dec" ] && g=${run#*:}
         f="$OUT/tbo-fa-dec$dec${g:+-g$g}.txt"
-        env GGML_CUDA_TURBO_FA_DEC=$dec ${g:+GGML_CUDA_TURBO_FA_GQA=$g} timeout 400 "$BIN/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p turbo \
+        env GGML_CUDA_TURBO_FA_DEC=$dec ${g:+GGML_CUDA_TURBO_FA_GQA=$g} timeout 400 "$BIN/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p turbo -j 8 \
             > "$f" 2>&1 || echo "FA run DEC=$dec${g:+ GQA=$g}: rc $?"
         printf 'DEC=%s%s ' "$dec" "${g:+ GQA=$g}"; bash scripts/cuda/tbo_summary.sh "$f" | grep FLASH_ATTN_EXT
         grep -E "FAIL" "$f" | head -20
