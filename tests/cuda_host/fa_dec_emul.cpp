@@ -20,6 +20,7 @@
 // ---- the CUDA pieces the kernel uses beyond tests/cuda_host/common.cuh
 #define GGML_CUDA_RESTRICT __restrict__
 #define FLASH_ATTN_AVAILABLE
+#define FAST_FP16_AVAILABLE
 #define FATTN_KQ_MAX_OFFSET (3.0f*0.6931f)
 #define __align__(n) __attribute__((aligned(n)))
 #define QI8_1 (QK8_1 / 4)

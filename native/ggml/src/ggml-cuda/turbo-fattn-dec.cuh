@@ -132,7 +132,7 @@ static __global__ void flash_attn_ext_turbo_dec(
                             const int32_t ne31, const int32_t ne32, const int32_t ne33,
                             const int32_t nb31, const int32_t nb32, const int64_t nb33) {
     ggml_cuda_pdl_lc();
-#if defined(FLASH_ATTN_AVAILABLE) && !defined(GGML_USE_HIP)
+#if defined(FLASH_ATTN_AVAILABLE) && defined(FAST_FP16_AVAILABLE) && !defined(GGML_USE_HIP) // half2 arithmetic; the host side asks fast_fp16_available
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(G == 1 || G == 2 || G == 4, "heads per block");
     constexpr int nwarps = ggml_cuda_turbo_fa_dec_nwarps;
