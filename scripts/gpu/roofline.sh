@@ -30,7 +30,7 @@
 # (or bench split with KVS=... / DECS=...). A subcommand that needs the build and finds none says so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-W=/tmp/tqr
+W=${TQR:-/tmp/tqr}  # work dir (build tree)
 OUT=${OUT:-$PWD/out}
 mkdir -p "$W" "$OUT"
 BIN=$W/build/bin
@@ -78,14 +78,14 @@ check)
         env GGML_CUDA_TURBO_FA_DEC=$dec ${g:+GGML_CUDA_TURBO_FA_GQA=$g} timeout 400 "$BIN/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p turbo -j 8 \
             > "$f" 2>&1 || echo "FA run DEC=$dec${g:+ GQA=$g}: rc $?"
         printf 'DEC=%s%s ' "$dec" "${g:+ GQA=$g}"; bash scripts/cuda/tbo_summary.sh "$f" | grep FLASH_ATTN_EXT
-        grep -E "FAIL" "$f" | head -20
+        grep -E "FAIL" "$f" | head -20 || true
         tail -2 "$f"
     done | tee -a "$OUT/check-summary.txt"
     ;;
 kernel)
     built
     { [ -x "$BIN/copy-bandwidth" ] && "$BIN/copy-bandwidth"; } | tee "$OUT/copy-bandwidth.txt" || true
-    copy=$(grep -oE "[0-9]+(\.[0-9]+)? GB/s" "$OUT/copy-bandwidth.txt" | tail -1 | awk '{print $1}')
+    copy=$(grep -oE "[0-9]+(\.[0-9]+)? GB/s" "$OUT/copy-bandwidth.txt" | tail -1 | awk '{print $1}' || true)
     filt='hsk=(64|128),hsv=(64|128),nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(f16|q8_0|turbo4|turbo3|turbo2),type_V=(f16|q8_0|turbo4|turbo3|turbo2),'
     for dec in 0 1; do
         GGML_CUDA_TURBO_FA_DEC=$dec "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$filt" > "$OUT/fa-perf-dec$dec.txt" 2>&1 || echo "perf DEC=$dec failed"
@@ -96,7 +96,7 @@ kernel)
         echo "| hd | KV heads | GQA | KV | K / V | DEC | us/call | KV MB | GB/s | of copy |"
         echo "|---|---|---|---|---|---|---|---|---|---|"
         for dec in 0 1; do
-            grep -E "FLASH_ATTN_EXT\(.*us/run" "$OUT/fa-perf-dec$dec.txt" | sed -E 's/\x1b\[[0-9;]*m//g' | while read -r line; do
+            { grep -E "FLASH_ATTN_EXT\(.*us/run" "$OUT/fa-perf-dec$dec.txt" || true; } | sed -E 's/\x1b\[[0-9;]*m//g' | while read -r line; do
                 hd=$(sed -E 's/.*hsk=([0-9]+).*/\1/' <<< "$line"); nh=$(sed -E 's/.*,nh=([0-9]+).*/\1/' <<< "$line")
                 gqa=$(sed -E 's/.*nr23=\[([0-9]+),.*/\1/' <<< "$line"); kv=$(sed -E 's/.*,kv=([0-9]+).*/\1/' <<< "$line")
                 tk=$(sed -E 's/.*type_K=([a-z0-9_]+).*/\1/' <<< "$line"); tv=$(sed -E 's/.*type_V=([a-z0-9_]+).*/\1/' <<< "$line")
