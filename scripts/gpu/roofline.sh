@@ -27,7 +27,8 @@
 # Several subcommands run in order in one call: roofline.sh build check kernel. The machine is
 # handed back after ~30 s idle and a new one starts bare (no build), so keep the calls back to
 # back; per call (10 min): "build check" (~6 + ~3 min), "kernel batched MODEL", "bench MODEL"
-# (or bench split with KVS=... / DECS=...). A subcommand that needs the build and finds none says so.
+# (or bench split with KVS=... / DECS=...). A subcommand that finds no build on its machine builds
+# first when the tree is carried (a fresh machine), else says so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${TQR:-/tmp/tqr}  # work dir (build tree)
@@ -35,7 +36,12 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$W" "$OUT"
 BIN=$W/build/bin
 
-built() { [ -x "$BIN/test-backend-ops" ] || { echo "not built: run '$0 build' first" >&2; exit 1; }; }
+# a fresh machine (the previous one was handed back) has no build: make it first when the tree came along
+built() {
+    [ -x "$BIN/test-backend-ops" ] && return 0
+    if [ -e .device/cuda/tree.tar.xz ]; then echo "no build on this machine: building first (~6 min)"; sub build; return 0; fi
+    echo "not built, and no .device/cuda/tree.tar.xz carried: run '$0 build' first" >&2; exit 1
+}
 
 # bits per value of a cache type (block bytes * 8 / block size)
 bits() {
