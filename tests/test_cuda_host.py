@@ -162,3 +162,26 @@ def test_cuda_fa_grouping_knob(harness, env, n_kv, want):
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) == want
     assert ("not one of 1, 2, 3, 4" in r.stderr) == (env == "9")
+
+
+def test_cuda_fa_decode_kernel_emulated(tmp_path):
+    """The turbo FA decode kernel (turbo-fattn-dec.cuh) itself, run on the CPU by
+    tests/cuda_host/fa_dec_emul.cpp (one OS thread per CUDA thread, shuffles and barriers
+    emulated) against double-precision attention: every case NMSE < 1e-4 (measured ~1e-6)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    tree = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp"
+    if not (tree / "ggml" / "src" / "ggml-common.h").exists():
+        pytest.skip(f"no patched source tree at {tree} (tqgguf build makes it)")
+    exe = tmp_path / "fa_dec_emul"
+    cmd = [cxx, "-std=c++20", "-O1", "-pthread", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{HERE}",
+           f"-I{ROOT / 'native/ggml/src/ggml-cuda'}", f"-I{ROOT / 'native/ggml/src'}", f"-I{tree / 'ggml/src'}",
+           f"-I{tree / 'ggml/include'}", str(HERE / "fa_dec_emul.cpp"), "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 and "<barrier>" in r.stderr:
+        pytest.skip("the C++ library has no std::barrier (C++20)")
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "all OK" in r.stdout

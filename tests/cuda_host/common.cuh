@@ -32,7 +32,12 @@
 #define WARP_SIZE 32
 
 struct turbo_host_dim3 { unsigned int x = 0, y = 0, z = 0; };
+#ifdef TURBO_HOST_EMUL_WARPS  // fa_dec_emul.cpp: one OS thread per CUDA thread, shuffles and barriers emulated there
+inline thread_local turbo_host_dim3 threadIdx;
+inline turbo_host_dim3 blockIdx, blockDim, gridDim;
+#else
 inline turbo_host_dim3 threadIdx, blockIdx, blockDim, gridDim;
+#endif
 
 struct float2 { float x, y; };
 struct half { uint16_t bits; };
@@ -118,9 +123,11 @@ static inline void ggml_cuda_memcpy_1(void * dst, const void * src) {
     fprintf(stderr, "%s is not emulated\n", what);
     abort();
 }
+#ifndef TURBO_HOST_EMUL_WARPS
 template <typename T> static inline T __shfl_xor_sync(unsigned, T, int, int = WARP_SIZE) { turbo_host_unreachable("__shfl_xor_sync"); }
 template <typename T> static inline T __shfl_sync(unsigned, T, int, int = WARP_SIZE) { turbo_host_unreachable("__shfl_sync"); }
 static inline void __syncthreads() { turbo_host_unreachable("__syncthreads"); }
+#endif
 static inline void ggml_cuda_pdl_sync() {}
 static inline void ggml_cuda_pdl_lc() {}
 

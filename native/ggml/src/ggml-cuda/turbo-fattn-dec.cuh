@@ -1,0 +1,494 @@
+// tqgguf: flash-attention decode kernel for turbo K and turbo V caches (one query per
+// sequence), all the Q heads of one K/V head in one block.
+//
+// Included from fattn-vec.cuh (after fattn-common.cuh); ggml_cuda_flash_attn_ext_vec_case
+// calls ggml_cuda_turbo_fa_dec first and falls back to the vector kernel when it declines.
+//
+// Why a kernel of its own: the vector kernel (with ncols2 = 2 at head dim 128) is bound by
+// instructions, not bytes (Nsight Compute, session 8: issue slots 56%, DRAM 16%). Per K/V row
+// it decodes the turbo indices once per block, and a block holds at most 2 of the 4 Q heads
+// that share the row at hd 128 (registers). Here:
+//   - a block is (sequence, K/V head, KV split) and holds G = 4 (or 2, 1) Q heads; every K and
+//     V byte is read and decoded once for the G heads.
+//   - K.Q: 4 lanes per K row, each decodes its 32 elements to int8 centroids once (register
+//     PRMT tables, as the vector kernel) and runs G dp4a chains against Q as q8_1.
+//   - V: D/8 lanes per V row, 8 elements each (one 4-byte load of turbo4/turbo2 indices, three
+//     of turbo3), decoded once to fp16 centroids, then G half2 FMAs per pair of elements into
+//     fp16 partial sums that are added into fp32 accumulators after every tile of 32 rows per
+//     warp (a partial sums at most 16 rows of weights <= 1; upstream's HIP vector kernel keeps
+//     its whole accumulation in half2).
+//   - the softmax weights are handed from the K lanes to the V lanes through shared memory as
+//     half2 (one 16-byte load per row for G = 4); each warp keeps its own running max and sum
+//     over its rows of each tile, and the 4 warps are merged once at the end (no block barrier
+//     inside the KV loop).
+//   - G by the wave rule (ggml_cuda_turbo_fa_dec_heads): grouped only when the grid of
+//     Q heads / G x sequences x KV tiles still fills the GPU, so a short cache is not left to
+//     one block's latency.
+//   - the KV length is split over gridDim.y by upstream's launch_fattn (parallel blocks chosen
+//     to fill whole waves) and merged by its combine kernel, as for the vector kernel.
+// Head dims 64 and 128; no logit softcap (those go to the vector kernel). ALiBi, sinks, the
+// mask and KV_max as in the vector kernel.
+//
+// GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
+// change), 1 = use this kernel; unset = GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
+#pragma once
+
+#include "common.cuh"
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // tests/cuda_host/fa_dec_emul.cpp runs the kernel on the CPU, without the launcher
+#include "fattn-common.cuh"
+#endif
+#include "turbo.cuh"
+
+#ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 0
+#endif
+
+static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
+static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
+
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
+    return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
+}
+
+// minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G) {
+    return G <= 2 ? 4 : 3;
+}
+
+// decode the K row's elements of lane t (of 4 per row): v[i] = int8 centroids of elements
+// 16 i + 4 t .. + 3 (the q8_1 Q int 4 i + t), dk[m] = scale of block m.
+template <ggml_type type_K, int D>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_K(const char * __restrict__ K_row, const int t,
+        int (&v)[D/16], float (&dk)[D/64]) {
+    typedef ggml_cuda_turbo_traits<type_K> tt;
+    const typename tt::block * K = (const typename tt::block *) K_row;
+#pragma unroll
+    for (int m = 0; m < D/64; ++m) {
+        const typename tt::block * b = K + m;
+        dk[m] = __half2float(b->d);
+        if constexpr (type_K == GGML_TYPE_TURBO3_0) {
+            const ggml_cuda_turbo3_rows rows = ggml_cuda_turbo3_load_rows<true, true>(b, 4*(t % 2));
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {  // elements 16q + 4t = 8(2q + t/2) + 4(t%2)
+                v[4*m + q] = (int) ggml_cuda_turbo_table4<type_K, 0>(ggml_cuda_turbo3_sel4_rows(rows, 2*q + t/2, q >= 2));
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {  // elements 16q + 4t (< 32) and 32 more
+                uint32_t sa, sb;
+                ggml_cuda_turbo_sel4_pair<type_K>(b, 16*q + 4*t, sa, sb);
+                v[4*m + q]     = (int) ggml_cuda_turbo_table4<type_K, 0>(sa);
+                v[4*m + q + 2] = (int) ggml_cuda_turbo_table4<type_K, 0>(sb);
+            }
+        }
+    }
+}
+
+// selectors of the V elements of lane c (of D/8 per row): elements o..o+3 (a) and
+// o+32..o+35 (b) of block c/8, o = 4 (c % 8)
+template <ggml_type type_V>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_V_sel(const void * __restrict__ vb, const int c, uint32_t & sa, uint32_t & sb) {
+    if constexpr (type_V == GGML_TYPE_TURBO3_0) {
+        const ggml_cuda_turbo3_rows rows = ggml_cuda_turbo3_load_rows<true, true>((const block_turbo3_0 *) vb, 4*(c % 2));
+        sa = ggml_cuda_turbo3_sel4_rows(rows, (c % 8)/2,     false);
+        sb = ggml_cuda_turbo3_sel4_rows(rows, (c % 8)/2 + 4, true);
+    } else {
+        ggml_cuda_turbo_sel4_pair<type_V>(vb, 4*(c % 8), sa, sb);
+    }
+}
+
+template <ggml_type type_V>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_V_c(const uint32_t sel, half2 & c01, half2 & c23) {
+    const uint32_t lo = ggml_cuda_turbo_table4<type_V, 1>(sel);
+    const uint32_t hi = ggml_cuda_turbo_table4<type_V, 2>(sel);
+    const uint32_t u01 = __byte_perm(lo, hi, 0x5140);
+    const uint32_t u23 = __byte_perm(lo, hi, 0x7362);
+    c01 = *((const half2 *) &u01);
+    c23 = *((const half2 *) &u23);
+}
+
+template <int D, int G, ggml_type type_K, ggml_type type_V>
+__launch_bounds__(ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE, ggml_cuda_turbo_fa_dec_min_blocks(D, G))
+static __global__ void flash_attn_ext_turbo_dec(
+        const char * Q_ptr,
+        const char * K_ptr,
+        const char * V_ptr,
+        const char * mask_ptr,
+        const char * sinks_ptr,
+        const int  * KV_max_ptr,
+        float      * dst_ptr,
+        float2     * dst_meta_ptr,
+        const float scale,
+        const float max_bias,
+        const float m0,
+        const float m1,
+        const uint32_t n_head_log2,
+        const float logit_softcap,
+        const int32_t ne00, const uint3   ne01, const int32_t ne02, const int32_t ne03,
+                            const int32_t nb01, const int32_t nb02, const int32_t nb03,
+        const int32_t ne10, const int32_t ne11, const int32_t ne12, const int32_t ne13,
+                            const int32_t nb11, const int32_t nb12, const int64_t nb13,
+                            const int32_t nb21, const int32_t nb22, const int64_t nb23,
+                            const int32_t ne31, const int32_t ne32, const int32_t ne33,
+                            const int32_t nb31, const int32_t nb32, const int64_t nb33) {
+    ggml_cuda_pdl_lc();
+#if defined(FLASH_ATTN_AVAILABLE) && defined(FAST_FP16_AVAILABLE) && !defined(GGML_USE_HIP) // half2 arithmetic; the host side asks fast_fp16_available
+    static_assert(D == 64 || D == 128, "head dim");
+    static_assert(G == 1 || G == 2 || G == 4, "heads per block");
+    constexpr int nwarps = ggml_cuda_turbo_fa_dec_nwarps;
+    constexpr int NK     = 4;              // lanes per K row
+    constexpr int NI     = D/16;           // Q ints per K lane (4 elements each)
+    constexpr int NB     = D/64;           // turbo blocks per row
+    constexpr int NV     = D/8;            // lanes per V row (8 elements each)
+    constexpr int VR     = WARP_SIZE/NV;   // V rows per warp step
+    constexpr int T      = ggml_cuda_turbo_fa_dec_rows;
+
+    const char * GGML_CUDA_RESTRICT Q      = Q_ptr;
+    const char * GGML_CUDA_RESTRICT K      = K_ptr;
+    const char * GGML_CUDA_RESTRICT V      = V_ptr;
+    const int  * GGML_CUDA_RESTRICT KV_max = KV_max_ptr;
+
+    const int lane = threadIdx.x;
+    const int warp = threadIdx.y;
+    const int tid  = warp*WARP_SIZE + lane;
+
+    const int sequence  = blockIdx.z / (ne02/G);
+    const int head0     = (blockIdx.z - sequence*(ne02/G))*G;  // first of the block's G Q heads
+    const int gqa_ratio = ne02 / ne12;
+    Q += nb03*sequence + nb02*head0;
+    K += nb13*sequence + nb12*(head0 / gqa_ratio);
+    V += nb23*sequence + nb22*(head0 / gqa_ratio);
+    const half * maskh = mask_ptr ? (const half *) (mask_ptr + nb33*(sequence % ne33)) : nullptr;
+
+    float slope[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        slope[h] = get_alibi_slope(max_bias, head0 + h, n_head_log2, m0, m1);
+    }
+
+    __shared__ int    sh_q[G][D/4 < WARP_SIZE ? WARP_SIZE : D/4];  // quantize_q8_1_to_shared writes a whole warp
+    __shared__ float2 sh_qds[G][D/32];
+    __shared__ __align__(16) half2 sh_p[nwarps][WARP_SIZE][G];  // softmax weights of a warp's 32 rows
+    __shared__ float  sh_acc[nwarps][G][D];
+    __shared__ float  sh_max[G][nwarps];
+    __shared__ float  sh_sum[G][nwarps];
+
+    ggml_cuda_pdl_sync();
+    // Q (scaled) to q8_1, one warp per head
+    for (int h = warp; h < G; h += nwarps) {
+        const float * Q_f = (const float *) (Q + h*nb02);
+        constexpr int nq = D/4 < WARP_SIZE ? D/4 : WARP_SIZE;
+#pragma unroll
+        for (int i0 = 0; i0 < D/4; i0 += nq) {
+            quantize_q8_1_to_shared<float2, nq>(Q_f + 4*i0, scale, &sh_q[h][i0], &sh_qds[h][i0/QI8_1]);
+        }
+    }
+    __syncthreads();
+
+    const int tk = lane % NK;  // lane in its K row
+    int   Qi[G][NI];
+    float Qd[G][D/32];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+            Qi[h][i] = sh_q[h][NK*i + tk];
+        }
+#pragma unroll
+        for (int k = 0; k < D/32; ++k) {
+            Qd[h][k] = sh_qds[h][k].x;
+        }
+    }
+
+    const int cv = lane % NV;  // lane in its V row
+    const int rv = lane / NV;  // V row within a step
+    float VKQ[G][8];
+    float KQ_max[G];
+    float KQ_sum[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        KQ_max[h] = -FLT_MAX/2.0f;
+        KQ_sum[h] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            VKQ[h][k] = 0.0f;
+        }
+    }
+
+    const int k_VKQ_max = KV_max ? KV_max[sequence*gridDim.x + blockIdx.x] : ne11;
+    for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
+        const int kw = k0 + warp*WARP_SIZE;  // first row of this warp
+
+        // K.Q: group lane/4 takes rows 4 (lane/4) + i0; lane tk keeps row 4 (lane/4) + tk = lane
+        float s_own[G];
+        float mx[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            mx[h] = KQ_max[h];
+            s_own[h] = 0.0f;
+        }
+        const char * K_row = K + (int64_t) (kw + (lane & ~(NK - 1)))*nb11;  // then one row stride per step
+#pragma unroll
+        for (int i0 = 0; i0 < NK; ++i0, K_row += nb11) {
+            const int row = kw + (lane & ~(NK - 1)) + i0;
+            int   v[NI];
+            float dk[NB];
+            ggml_cuda_turbo_fa_dec_K<type_K, D>(K_row, tk, v, dk);
+            const float mval = maskh ? __half2float(maskh[row]) : 0.0f;
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int m = 0; m < NB; ++m) {
+                    const int sa = ggml_cuda_dp4a(v[4*m + 1], Qi[h][4*m + 1], ggml_cuda_dp4a(v[4*m + 0], Qi[h][4*m + 0], 0));
+                    const int sb = ggml_cuda_dp4a(v[4*m + 3], Qi[h][4*m + 3], ggml_cuda_dp4a(v[4*m + 2], Qi[h][4*m + 2], 0));
+                    sum += dk[m] * (Qd[h][2*m] * (float) sa + Qd[h][2*m + 1] * (float) sb);
+                }
+                sum *= ggml_cuda_turbo_i8_step<type_K>();
+                sum = warp_reduce_sum<NK>(sum);
+                sum += slope[h]*mval;
+                mx[h] = fmaxf(mx[h], sum + FATTN_KQ_MAX_OFFSET);
+                if (tk == i0) {
+                    s_own[h] = sum;
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+#pragma unroll
+            for (int off = NK; off < WARP_SIZE; off <<= 1) {
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], off, WARP_SIZE));
+            }
+            const float rescale = expf(KQ_max[h] - mx[h]);
+            KQ_max[h] = mx[h];
+            const float p = expf(s_own[h] - KQ_max[h]);
+            KQ_sum[h] = KQ_sum[h]*rescale + p;
+            sh_p[warp][lane][h] = __float2half2_rn(p);
+            if (rescale != 1.0f) {  // warp-uniform; on a long cache the running max rarely moves
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    VKQ[h][k] *= rescale;
+                }
+            }
+        }
+        __syncwarp();
+
+        // V: lane cv of row rv, elements o..o+3 and o+32..o+35 of block cv/8 (o = 4 (cv % 8))
+        half2 part[G][4];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                part[h][k] = make_half2(0.0f, 0.0f);
+            }
+        }
+        const char * V_row = V + (int64_t) (kw + rv)*nb21 + (cv/8)*sizeof(typename ggml_cuda_turbo_traits<type_V>::block);
+        const int V_step = VR*nb21;  // VR rows: a 64-bit add per step, not the row's address from scratch
+#pragma unroll
+        for (int r0 = 0; r0 < WARP_SIZE; r0 += VR, V_row += V_step) {
+            const int r = r0 + rv;
+            const typename ggml_cuda_turbo_traits<type_V>::block * b = (const typename ggml_cuda_turbo_traits<type_V>::block *) V_row;
+            uint32_t sa, sb;
+            ggml_cuda_turbo_fa_dec_V_sel<type_V>(b, cv, sa, sb);
+            const half2 d2 = __half2half2(b->d);
+            half2 c[4];
+            ggml_cuda_turbo_fa_dec_V_c<type_V>(sa, c[0], c[1]);
+            ggml_cuda_turbo_fa_dec_V_c<type_V>(sb, c[2], c[3]);
+            __align__(16) half2 w[G];
+            if constexpr (G == 4) {
+                ggml_cuda_memcpy_1<16>(w, &sh_p[warp][r][0]);
+            } else {
+#pragma unroll
+                for (int h = 0; h < G; ++h) {
+                    w[h] = sh_p[warp][r][h];
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                const half2 wd = w[h]*d2;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    part[h][k] = __hfma2(wd, c[k], part[h][k]);
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float2 f = __half22float2(part[h][k]);
+                VKQ[h][2*k + 0] += f.x;
+                VKQ[h][2*k + 1] += f.y;
+            }
+        }
+        __syncwarp();  // sh_p is rewritten by the next tile
+    }
+
+    if (sinks_ptr && blockIdx.y == 0 && warp == 0) {  // one warp counts each head's sink once
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sink = ((const float *) sinks_ptr)[head0 + h];
+            const float kqmax_new = fmaxf(sink, KQ_max[h]);
+            const float rescale = expf(KQ_max[h] - kqmax_new);
+            KQ_max[h] = kqmax_new;
+            KQ_sum[h] = KQ_sum[h]*rescale + (lane == 0 ? expf(sink - KQ_max[h]) : 0.0f);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                VKQ[h][k] *= rescale;
+            }
+        }
+    }
+
+    // merge the rows of one warp (lanes with the same cv), then the warps
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        KQ_sum[h] = warp_reduce_sum(KQ_sum[h]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+#pragma unroll
+            for (int off = NV; off < WARP_SIZE; off <<= 1) {
+                VKQ[h][k] += __shfl_xor_sync(0xFFFFFFFF, VKQ[h][k], off, WARP_SIZE);
+            }
+        }
+        if (lane == 0) {
+            sh_max[h][warp] = KQ_max[h];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        float gmax = sh_max[h][0];
+#pragma unroll
+        for (int w = 1; w < nwarps; ++w) {
+            gmax = fmaxf(gmax, sh_max[h][w]);
+        }
+        const float f = expf(KQ_max[h] - gmax);
+        if (lane == 0) {
+            sh_sum[h][warp] = KQ_sum[h]*f;
+        }
+        if (rv == 0) {
+            const int e = (cv/8)*64 + 4*(cv % 8);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                sh_acc[warp][h][e + k]      = VKQ[h][k]*f;
+                sh_acc[warp][h][e + 32 + k] = VKQ[h][4 + k]*f;
+            }
+        }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int j = tid; j < G*D; j += nwarps*WARP_SIZE) {
+        const int h = j / D;
+        const int i = j % D;
+        float sum = 0.0f;
+        float val = 0.0f;
+#pragma unroll
+        for (int w = 0; w < nwarps; ++w) {
+            sum += sh_sum[h][w];
+            val += sh_acc[w][h][i];
+        }
+        if (gridDim.y == 1) {
+            val /= sum;
+        }
+        dst_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + h)*gridDim.y*D + blockIdx.y*D + i] = val;
+    }
+    if (gridDim.y != 1 && tid < G) {
+        float gmax = sh_max[tid][0];
+        float sum  = 0.0f;
+#pragma unroll
+        for (int w = 0; w < nwarps; ++w) {
+            gmax = fmaxf(gmax, sh_max[tid][w]);
+            sum += sh_sum[tid][w];
+        }
+        dst_meta_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + tid)*gridDim.y + blockIdx.y] = make_float2(gmax, sum);
+    }
+#else
+    GGML_UNUSED_VARS(Q_ptr, K_ptr, V_ptr, mask_ptr, sinks_ptr, KV_max_ptr, dst_ptr, dst_meta_ptr, scale,
+        max_bias, m0, m1, n_head_log2, logit_softcap,
+        ne00, ne01, ne02, ne03,
+              nb01, nb02, nb03,
+        ne10, ne11, ne12, ne13,
+              nb11, nb12, nb13,
+              nb21, nb22, nb23,
+              ne31, ne32, ne33,
+              nb31, nb32, nb33);
+    NO_DEVICE_CODE;
+#endif
+}
+
+#ifndef GGML_CUDA_TURBO_HOST_CHECK
+static bool ggml_cuda_turbo_fa_dec_env() {
+    static const bool on = [] {
+        const char * s = getenv("GGML_CUDA_TURBO_FA_DEC");
+        if (s == nullptr || *s == '\0') {
+            return GGML_CUDA_TURBO_FA_DEC_DEFAULT != 0;
+        }
+        if (strcmp(s, "0") == 0) {
+            return false;
+        }
+        if (strcmp(s, "1") == 0) {
+            return true;
+        }
+        GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_DEC=%s is not 0 or 1; not applied\n", __func__, s);
+        return GGML_CUDA_TURBO_FA_DEC_DEFAULT != 0;
+    }();
+    return on;
+}
+
+// Heads per block G: the largest of 4, 2 that divides the gqa ratio and still gives a full wave
+// of blocks (Q heads / G x sequences x KV tiles of 128 >= nsm x resident blocks per SM), else 1:
+// a short cache (one sequence at small depth) leaves the GPU nearly empty whatever G, and the
+// call then takes one block's latency, which grows with G (session 9's rule for the vector
+// kernel, docs/CUDA.md). GGML_CUDA_TURBO_FA_GQA=N (read by ggml_cuda_turbo_fa_gqa_env) forces
+// the largest G <= N that divides the ratio, whatever the grid.
+static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
+    const int env       = ggml_cuda_turbo_fa_gqa_env();
+    const int64_t ntiles_KV = (K->ne[1] + ggml_cuda_turbo_fa_dec_rows - 1) / ggml_cuda_turbo_fa_dec_rows;
+    const int64_t nsm       = ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+    for (int G = 4; G > 1; G /= 2) {
+        if (gqa_ratio % G != 0 || (env > 0 && G > env)) {
+            continue;
+        }
+        const int64_t blocks = (Q->ne[2] / G) * Q->ne[3] * ntiles_KV;
+        if (env > 0 || blocks >= nsm * ggml_cuda_turbo_fa_dec_min_blocks(D, G)) {
+            return G;
+        }
+    }
+    return 1;
+}
+
+// true: dst computed by this kernel; false: not taken (switch off or a shape it does not cover)
+template <int D, ggml_type type_K, ggml_type type_V>
+static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    static_assert(ggml_cuda_turbo_fa_dec_supported(D, type_K, type_V), "shape");
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    float logit_softcap;
+    memcpy(&logit_softcap, (const float *) dst->op_params + 2, sizeof(float));
+#ifdef GGML_USE_HIP
+    GGML_UNUSED_VARS(ctx, dst, Q, K, V);
+    return false;
+#else
+    if (!fast_fp16_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
+        return false;
+    }
+    if (!ggml_cuda_turbo_fa_dec_env() || Q->ne[1] != 1 || logit_softcap != 0.0f || K->ne[0] != D || V->ne[0] != D ||
+            K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
+        return false;
+    }
+    constexpr int nwarps = ggml_cuda_turbo_fa_dec_nwarps;
+    constexpr int T      = ggml_cuda_turbo_fa_dec_rows;
+    switch (ggml_cuda_turbo_fa_dec_heads(D, dst)) {
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_dec<D, 4, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_dec<D, 2, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_dec<D, 1, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+    }
+    return true;
+#endif // GGML_USE_HIP
+}
+#endif // GGML_CUDA_TURBO_HOST_CHECK

@@ -1,0 +1,282 @@
+// tqgguf: the turbo FA decode kernel (native/ggml/src/ggml-cuda/turbo-fattn-dec.cuh) run on the
+// CPU: one OS thread per CUDA thread of a block (128), warp shuffles and barriers emulated with
+// std::barrier, blocks one after another, the KV split (gridDim.y) merged as upstream's
+// flash_attn_combine_results does. The output is compared with attention in double precision
+// on the dequantized K/V (d * c[idx]) and the unquantized Q. No GPU needed.
+//
+//   g++ -std=c++20 -O1 -pthread -ffp-contract=off -Itests/cuda_host -Inative/ggml/src/ggml-cuda -Inative/ggml/src
+//       -I$TREE/ggml/src -I$TREE/ggml/include tests/cuda_host/fa_dec_emul.cpp -o fa_dec_emul
+//   ./fa_dec_emul            (all cases; exit 1 on a failure)
+#define TURBO_HOST_EMUL_WARPS 1
+#include "common.cuh"
+
+#include <barrier>
+#include <cfloat>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+// ---- the CUDA pieces the kernel uses beyond tests/cuda_host/common.cuh
+#define GGML_CUDA_RESTRICT __restrict__
+#define FLASH_ATTN_AVAILABLE
+#define FAST_FP16_AVAILABLE
+#define FATTN_KQ_MAX_OFFSET (3.0f*0.6931f)
+#define __align__(n) __attribute__((aligned(n)))
+#define QI8_1 (QK8_1 / 4)
+struct uint3 { unsigned int x, y, z; };
+static inline float2 make_float2(const float a, const float b) { return { a, b }; }
+
+static std::unique_ptr<std::barrier<>> emul_warp_bar[4];
+static std::unique_ptr<std::barrier<>> emul_block_bar;
+static uint64_t emul_slot[4][WARP_SIZE];
+
+template <typename T>
+static T emul_shfl(const T v, const int src_of_lane_xor, const bool is_xor) {
+    const int w = threadIdx.y, l = threadIdx.x;
+    static_assert(sizeof(T) <= 8, "shuffle width");
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    emul_slot[w][l] = u;
+    emul_warp_bar[w]->arrive_and_wait();
+    const int src = is_xor ? (l ^ src_of_lane_xor) : src_of_lane_xor;
+    const uint64_t r = emul_slot[w][src % WARP_SIZE];
+    emul_warp_bar[w]->arrive_and_wait();
+    T out;
+    memcpy(&out, &r, sizeof(T));
+    return out;
+}
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off, int = WARP_SIZE) { return emul_shfl(v, off, true); }
+template <typename T> static inline T __shfl_sync(unsigned, T v, int src, int = WARP_SIZE) { return emul_shfl(v, src, false); }
+static inline void __syncwarp() { emul_warp_bar[threadIdx.y]->arrive_and_wait(); }
+static inline void __syncthreads() { emul_block_bar->arrive_and_wait(); }
+
+template <int width = WARP_SIZE>
+static inline float warp_reduce_sum(float x) {
+    for (int off = width/2; off > 0; off >>= 1) {
+        x += __shfl_xor_sync(0xFFFFFFFF, x, off, width);
+    }
+    return x;
+}
+
+static inline half2 make_half2(const float a, const float b) { return { { turbo_host_f2h(a) }, { turbo_host_f2h(b) } }; }
+static inline half2 __float2half2_rn(const float a) { return make_half2(a, a); }
+static inline half2 __hfma2(const half2 a, const half2 b, const half2 c) {  // a*b is exact in float; one rounding of the sum (close to the fused op)
+    auto f = [](half x, half y, half z) {
+        return half{ turbo_host_f2h((float) ((double) turbo_host_h2f(x.bits) * turbo_host_h2f(y.bits) + turbo_host_h2f(z.bits))) };
+    };
+    return { f(a.x, b.x, c.x), f(a.y, b.y, c.y) };
+}
+
+static inline float get_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
+    if (max_bias <= 0.0f) {
+        return 1.0f;
+    }
+    const float base = h < n_head_log2 ? m0 : m1;
+    const int   exph = h < n_head_log2 ? h + 1 : 2*(h - n_head_log2) + 1;
+    return powf(base, exph);
+}
+
+// fattn-common.cuh's Q -> q8_1 of ni ints by the lanes of one warp (lane i: values 4i..4i+3;
+// a q8_1 block = 8 lanes; every lane writes its int, lanes < ni their block's (d, sum))
+template <typename Tds, int ni>
+static inline void quantize_q8_1_to_shared(const float * __restrict__ x, const float scale, int * __restrict__ yq32, void * __restrict__ yds) {
+    float vals[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int l = 0; l < 4; ++l) {
+        vals[l] = (ni == WARP_SIZE || (int) threadIdx.x < ni) ? scale * x[4*threadIdx.x + l] : 0.0f;
+    }
+    float amax = fabsf(vals[0]);
+    float sum  = vals[0];
+    for (int l = 1; l < 4; ++l) {
+        amax = fmaxf(amax, fabsf(vals[l]));
+        sum += vals[l];
+    }
+    for (int mask = QI8_1/2; mask > 0; mask >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFF, amax, mask, 32));
+        sum +=             __shfl_xor_sync(0xFFFFFFFF, sum,  mask, 32);
+    }
+    const float d = amax / 127;
+    int q32 = 0;
+    int8_t * q8 = (int8_t *) &q32;
+    if (d != 0.0f) {
+        for (int l = 0; l < 4; ++l) {
+            q8[l] = (int8_t) roundf(vals[l] / d);
+        }
+    }
+    yq32[threadIdx.x] = q32;
+    if (threadIdx.x % QI8_1 == 0 && (ni == WARP_SIZE || (int) threadIdx.x < ni)) {
+        ((float2 *) yds)[threadIdx.x/QI8_1] = { d, sum };
+    }
+}
+
+#include "turbo-fattn-dec.cuh"
+
+// ---- the test
+template <ggml_type type>
+static float turbo_value(const void * row, const int e) {  // element e of a row: d * c[idx]
+    typedef ggml_cuda_turbo_traits<type> tt;
+    const typename tt::block * b = (const typename tt::block *) row + e / QK_TURBO;
+    constexpr float c4[16] = GGML_TURBO4_CENTROIDS;
+    constexpr float c3[8]  = GGML_TURBO3_CENTROIDS;
+    constexpr float c2[4]  = GGML_TURBO2_CENTROIDS;
+    const int i = ggml_cuda_turbo_index<type>(b, e % QK_TURBO);
+    const float c = type == GGML_TYPE_TURBO4_0 ? c4[i] : type == GGML_TYPE_TURBO3_0 ? c3[i] : c2[i];
+    return turbo_host_h2f(b->d) * c;
+}
+
+static const char * tname(const ggml_type t) {
+    return t == GGML_TYPE_TURBO4_0 ? "turbo4" : t == GGML_TYPE_TURBO3_0 ? "turbo3" : t == GGML_TYPE_TURBO2_0 ? "turbo2" : "?";
+}
+
+struct fa_case {
+    int n_kv, nh_kv, gqa, nseq, P;
+    bool mask, sinks;
+    float max_bias;
+    bool cells = false;  // the KV cache's layout: a cell's heads side by side (row stride = all heads)
+};
+
+template <int D, ggml_type tK, ggml_type tV>
+static bool run_case(const fa_case & fc, std::mt19937 & rng) {
+    typedef typename ggml_cuda_turbo_traits<tK>::block bK;
+    typedef typename ggml_cuda_turbo_traits<tV>::block bV;
+    const int nhq = fc.nh_kv*fc.gqa, nkv = fc.n_kv, nseq = fc.nseq;
+    const int G = fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f), ud(0.25f, 2.0f);
+    // K/V [D/64 blocks, n_kv, nh_kv, nseq], Q [D, 1, nhq, nseq] f32, mask [n_kv, 1, 1, nseq] f16
+    auto fill = [&](auto * blocks, size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+            uint8_t * p = (uint8_t *) &blocks[i];
+            for (size_t k = 0; k < sizeof(blocks[i]); ++k) p[k] = (uint8_t) byte(rng);
+            blocks[i].d = turbo_host_f2h(ud(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
+        }
+    };
+    const size_t nbK = (size_t) D/64 * nkv * fc.nh_kv * nseq;
+    std::vector<bK> K(nbK);
+    std::vector<bV> V(nbK);
+    fill(K.data(), nbK);
+    fill(V.data(), nbK);
+    std::vector<float> Q((size_t) D * nhq * nseq);
+    for (auto & q : Q) q = u(rng);
+    std::vector<half> mask((size_t) nkv * nseq);
+    for (auto & m : mask) { const int r = byte(rng); m.bits = r < 20 ? 0xFC00 /* -inf */ : turbo_host_f2h(u(rng)); }
+    std::vector<float> sinks(nhq);
+    for (auto & s : sinks) s = 2.0f*u(rng);
+    const float scale = 1.0f/sqrtf((float) D);
+
+    const uint32_t n_head_log2 = 1u << (uint32_t) floorf(log2f((float) nhq));
+    const float m0 = powf(2.0f, -(fc.max_bias) / n_head_log2);
+    const float m1 = powf(2.0f, -(fc.max_bias / 2.0f) / n_head_log2);
+
+    const int32_t nb01 = D*4, nb02 = D*4, nb03 = D*4*nhq;
+    const int32_t rK = (D/64)*sizeof(bK), rV = (D/64)*sizeof(bV);
+    const int32_t nb11 = fc.cells ? rK*fc.nh_kv : rK, nb12 = fc.cells ? rK : rK*nkv; const int64_t nb13 = (int64_t) rK*nkv*fc.nh_kv;
+    const int32_t nb21 = fc.cells ? rV*fc.nh_kv : rV, nb22 = fc.cells ? rV : rV*nkv; const int64_t nb23 = (int64_t) rV*nkv*fc.nh_kv;
+    const int32_t nb31 = nkv*2; const int64_t nb33 = nb31;
+
+    const int P = fc.P;
+    std::vector<float> parts((size_t) nseq*nhq*P*D, 0.0f);
+    std::vector<float2> meta((size_t) nseq*nhq*P);
+    gridDim = { 1, (unsigned) P, (unsigned) (nhq/G*nseq) };
+    blockDim = { 32, 4, 1 };
+    auto kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV> : flash_attn_ext_turbo_dec<D, 1, tK, tV>;
+    const uint3 ne01 = { 0, 0, 1 };
+    for (unsigned z = 0; z < gridDim.z; ++z) {
+        for (unsigned y = 0; y < gridDim.y; ++y) {
+            blockIdx = { 0, y, z };
+            for (auto & b : emul_warp_bar) b = std::make_unique<std::barrier<>>(32);
+            emul_block_bar = std::make_unique<std::barrier<>>(128);
+            std::vector<std::thread> th;
+            for (int t = 0; t < 128; ++t) {
+                th.emplace_back([&, t] {
+                    threadIdx = { (unsigned) (t % 32), (unsigned) (t / 32), 0 };
+                    kernel((const char *) Q.data(), (const char *) K.data(), (const char *) V.data(),
+                        fc.mask ? (const char *) mask.data() : nullptr, fc.sinks ? (const char *) sinks.data() : nullptr, nullptr,
+                        P > 1 ? parts.data() : parts.data(), meta.data(), scale, fc.max_bias, m0, m1, n_head_log2, 0.0f,
+                        D, ne01, nhq, nseq, nb01, nb02, nb03,
+                        D, nkv, fc.nh_kv, nseq, nb11, nb12, nb13, nb21, nb22, nb23,
+                        fc.mask ? nkv : 0, 1, fc.mask ? nseq : 0, nb31, nb31, nb33);
+                });
+            }
+            for (auto & t : th) t.join();
+        }
+    }
+    // combine (flash_attn_combine_results) or the direct output
+    std::vector<float> out((size_t) nseq*nhq*D);
+    for (int s = 0; s < nseq; ++s) for (int h = 0; h < nhq; ++h) {
+        const size_t j = (size_t) s*nhq + h;
+        for (int i = 0; i < D; ++i) {
+            if (P == 1) { out[j*D + i] = parts[j*D + i]; continue; }
+            float kqmax = meta[j*P].x;
+            for (int l = 1; l < P; ++l) kqmax = fmaxf(kqmax, meta[j*P + l].x);
+            float num = 0.0f, den = 0.0f;
+            for (int l = 0; l < P; ++l) {
+                const float f = expf(meta[j*P + l].x - kqmax);
+                num += f*parts[(j*P + l)*D + i];
+                den += f*meta[j*P + l].y;
+            }
+            out[j*D + i] = num/den;
+        }
+    }
+    // reference
+    double err2 = 0.0, ref2 = 0.0, maxerr = 0.0;
+    for (int s = 0; s < nseq; ++s) for (int h = 0; h < nhq; ++h) {
+        const int hk = h / fc.gqa;
+        const float slope = get_alibi_slope(fc.max_bias, h, n_head_log2, m0, m1);
+        std::vector<double> sc(nkv);
+        double mx = -1e300;
+        for (int k = 0; k < nkv; ++k) {
+            const char * Kr = (const char *) K.data() + s*nb13 + (int64_t) hk*nb12 + (int64_t) k*nb11;
+            double dot = 0.0;
+            for (int e = 0; e < D; ++e) dot += (double) Q[((size_t) s*nhq + h)*D + e] * turbo_value<tK>(Kr, e);
+            dot *= scale;
+            if (fc.mask) dot += slope*turbo_host_h2f(mask[(size_t) s*nkv + k].bits);
+            sc[k] = dot;
+            mx = std::max(mx, dot);
+        }
+        if (fc.sinks) mx = std::max(mx, (double) sinks[h]);
+        double den = fc.sinks ? exp(sinks[h] - mx) : 0.0;
+        std::vector<double> o(D, 0.0);
+        for (int k = 0; k < nkv; ++k) {
+            const double p = std::isinf(sc[k]) ? 0.0 : exp(sc[k] - mx);
+            den += p;
+            const char * Vr = (const char *) V.data() + s*nb23 + (int64_t) hk*nb22 + (int64_t) k*nb21;
+            for (int e = 0; e < D; ++e) o[e] += p*turbo_value<tV>(Vr, e);
+        }
+        for (int e = 0; e < D; ++e) {
+            const double r = o[e]/den, g = out[((size_t) s*nhq + h)*D + e];
+            err2 += (r - g)*(r - g); ref2 += r*r; maxerr = std::max(maxerr, fabs(r - g));
+        }
+    }
+    const double nmse = err2/ref2;
+    const bool ok = nmse < 1e-4 && std::isfinite(nmse);  // measured ~1e-6; a wrong element mapping gives ~1e-2
+    printf("%s D=%3d %s/%s kv=%4d kvh=%d gqa=%d G=%d seq=%d P=%d mask=%d sinks=%d alibi=%g cells=%d: NMSE %.3e max|err| %.3e\n",
+        ok ? "OK  " : "FAIL", D, tname(tK), tname(tV), nkv, fc.nh_kv, fc.gqa, G, nseq, P, fc.mask, fc.sinks, fc.max_bias, fc.cells, nmse, maxerr);
+    return ok;
+}
+
+int main() {
+    std::mt19937 rng(26);
+    bool ok = true;
+    const fa_case cases[] = {
+        { 256, 2, 4, 1, 1, true,  false, 0.0f },
+        { 512, 1, 4, 2, 2, true,  true,  0.0f },
+        { 256, 2, 2, 1, 3, true,  false, 0.0f },
+        { 256, 1, 3, 1, 1, true,  false, 0.0f },
+        { 256, 1, 8, 1, 2, true,  false, 8.0f },
+        { 256, 1, 4, 1, 1, false, false, 0.0f },
+        { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
+    };
+    for (const fa_case & fc : cases) {
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
+        ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0>(fc, rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0>(cases[1], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[4], rng);
+    printf("%s\n", ok ? "all OK" : "FAILURES");
+    return ok ? 0 : 1;
+}
