@@ -3,6 +3,7 @@ one way. Every import counts, including those inside functions."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,11 +145,33 @@ def test_layers_point_one_way(low, forbidden):
     assert bad == [], f"{low} reaches {bad}"
 
 
+def _third_party_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out - set(sys.stdlib_module_names) - {"tqgguf"}
+
+
+def test_shapes_needs_only_numpy_gguf_and_the_leaves():
+    """tqgguf.shapes runs on the GPU machine's bare Python (scripts/gpu/write_shape.py): of ours
+    it reaches only the leaves, of others only numpy and gguf."""
+    g = import_graph()
+    leaves = set(LAYERS[0])
+    reached = _reaches(g, "tqgguf.shapes")
+    assert {m for m in reached if not any(m == x or m.startswith(x + ".") for x in leaves)} == set()
+    assert _third_party_imports(PKG / "shapes.py") <= {"numpy", "gguf"}
+    for m in reached:
+        assert _third_party_imports(_modules()[m]) <= {"numpy", "gguf"}, m
+
+
 #: The layers of docs/ARCHITECTURE.md, lowest first. A module may import its own layer and
 #: the ones below. A new module must be placed here (and in the doc) to pass.
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
-    ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),  # data, build
+    ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.shapes", "tqgguf.texts", "tqgguf.builder"),  # data, build
     ("tqgguf.engine", "tqgguf.enginevars"),                                             # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
     ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features

@@ -153,3 +153,32 @@ def test_generated_codebook_header_is_current():
     out = subprocess.run([sys.executable, "scripts/gen_turbo_tables.py", "--check"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr
+
+
+def _exported_libstdcxx(tmp_path, link_flags: str) -> int:
+    """How many libstdc++ locale symbols (std::codecvt) a shared library exports when linked as
+    the GPU image's compiler links: libstdc++ from its static archive (-static-libstdc++)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None or shutil.which("nm") is None:
+        pytest.skip("needs g++ and nm")
+    src = tmp_path / "a.cpp"
+    src.write_text('#include <regex>\n#include <sstream>\n#include <string>\nextern "C" int f() { std::ostringstream o; '
+                   'o << "aa" << 1.5; return (int)std::regex_replace(o.str(), std::regex("a+"), "b").size(); }\n')
+    lib = tmp_path / f"lib{abs(hash(link_flags))}.so"
+    r = subprocess.run(["g++", "-shared", "-fPIC", "-static-libstdc++", "-o", str(lib), str(src), *link_flags.split()],
+                       capture_output=True, text=True)
+    if r.returncode != 0 and "libstdc++" in r.stderr:
+        pytest.skip(f"no static libstdc++ here: {r.stderr.strip()[-200:]}")
+    assert r.returncode == 0, r.stderr
+    syms = subprocess.run(["nm", "-D", "--defined-only", "-C", str(lib)], capture_output=True, text=True, check=True).stdout
+    return sum("codecvt" in line for line in syms.splitlines())
+
+
+def test_the_cuda_engine_keeps_a_static_libstdcxx_local_and_the_cpu_engine_is_unchanged(tmp_path):
+    cuda, cpu = BuildConfig(backend="cuda").defines(), BuildConfig().defines()
+    assert cuda["CMAKE_SHARED_LINKER_FLAGS"] == cuda["CMAKE_MODULE_LINKER_FLAGS"]
+    assert "CMAKE_SHARED_LINKER_FLAGS" not in cpu and "CMAKE_MODULE_LINKER_FLAGS" not in cpu  # its fingerprint stays
+    assert _exported_libstdcxx(tmp_path, cpu.get("CMAKE_SHARED_LINKER_FLAGS", "")) > 100  # what the H200 build did
+    assert _exported_libstdcxx(tmp_path, cuda["CMAKE_SHARED_LINKER_FLAGS"]) == 0

@@ -47,6 +47,7 @@ from .config import parse_k_center
 from .fsutil import sha256_file_cached
 from .kcenter import resolve_auto
 from .kvplan import build_plan, plan_label
+from .shapes import SPEED_ONLY_KEY, SPEED_ONLY_NAME
 
 #: ``-fa`` values accepted per item, as llama-bench's (on|off|auto and 1|0).
 FA_VALUES = {"on": "on", "1": "on", "off": "off", "0": "off", "auto": "auto"}
@@ -453,9 +454,13 @@ def _model_facts(engine) -> dict:
     buf = ctypes.create_string_buffer(256)
     llama_cpp.llama_model_desc(m, buf, ctypes.sizeof(buf))
     others = [b for b in backend_names() if b != "CPU"]
-    return {"model_type": buf.value.decode(), "model_size": int(llama_cpp.llama_model_size(m)),
-            "model_n_params": int(llama_cpp.llama_model_n_params(m)),
-            "backends": ",".join(others) if others else "CPU"}
+    facts = {"model_type": buf.value.decode(), "model_size": int(llama_cpp.llama_model_size(m)),
+             "model_n_params": int(llama_cpp.llama_model_n_params(m)),
+             "backends": ",".join(others) if others else "CPU"}
+    n = llama_cpp.llama_model_meta_val_str(m, SPEED_ONLY_KEY.encode(), buf, ctypes.sizeof(buf))
+    if n >= 0 and buf.value.decode().lower() == "true":  # a tqgguf.shapes file: random weights
+        facts["speed_only"] = True
+    return facts
 
 
 def _vocab(engine) -> tuple[int, bool, int]:
@@ -760,6 +765,17 @@ def has_center(rows_or_spec) -> bool:
     return any(r.get("k_center", "off") != "off" or r.get("attn_rotation") is False for r in rows_or_spec)
 
 
+def model_label(row: dict) -> str:
+    """The model column: llama.cpp's description (``llama 8B Q4_0``), with "(speed only)" for
+    a random-weight shape (tqgguf.shapes; the row's ``speed_only``)."""
+    return row["model_type"] + (" (speed only)" if row.get("speed_only") else "")
+
+
+def table_title(model: Path, rows: list[dict]) -> str:
+    """The first line of table.md: the model file, and for a shape that its weights are random."""
+    return f"model: {model.name}" + (f" ({SPEED_ONLY_NAME})" if any(r.get("speed_only") for r in rows) else "")
+
+
 def test_columns(rows: list[dict], with_plan: bool | None = None,
                  with_center: bool | None = None) -> list[tuple[str, int, Callable[[dict], str]]]:
     """llama-bench's markdown columns (header, width: negative = left-aligned, value):
@@ -767,7 +783,7 @@ def test_columns(rows: list[dict], with_plan: bool | None = None,
     (kv_plan: ours, when ``with_plan``; None = when some row has a plan), (k_center and rot:
     ours, when ``with_center``; None = :func:`has_center` of the rows), fa, test, t/s."""
     cpu = all(r.get("backends", "CPU") == "CPU" for r in rows) if rows else True
-    cols = [("model", -30, lambda r: r["model_type"]), ("size", 10, lambda r: _size(r["model_size"])),
+    cols = [("model", -30, model_label), ("size", 10, lambda r: _size(r["model_size"])),
             ("params", 10, lambda r: _params(r["model_n_params"])), ("backend", -10, lambda r: r["backends"])]
     cols.append(("threads", 7, lambda r: str(r["n_threads"])) if cpu else ("ngl", 3, lambda r: str(r["n_gpu_layers"])))
     cols += [("type_k", 6, lambda r: r["type_k"]), ("type_v", 6, lambda r: r["type_v"])]

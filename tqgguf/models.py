@@ -8,6 +8,9 @@ model bytes, checks the size and sha256 pinned here, and writes the file atomica
 ``models_dir()`` (``$TQGGUF_MODELS``, else ``<cache>/models`` with ``<cache>`` from
 ``TQGGUF_CACHE`` or ``~/.cache/tqgguf``). Model files never go into the repository.
 
+A model argument ``shape:NAME[:WEIGHTS]`` names a real model's shape from tqgguf.shapes
+instead: a random-weight GGUF (speed only) written once into ``<models>/shapes/``.
+
 A verified file gets a stamp (``.<filename>.verified``: sha256, size, mtime_ns) so a
 later ``pull``/``resolve_model`` returns at once instead of re-hashing hundreds of MB; a
 file whose size or mtime no longer matches its stamp is hashed again.
@@ -29,6 +32,8 @@ from typing import Callable, Iterator
 
 from .config import SettingsError, setting
 from .fsutil import atomic_output, sha256_file
+from .kvplan import KVPlanError, read_header
+from .shapes import SHAPES, SPEED_ONLY_KEY, WEIGHT_TYPES, WRITER_VERSION, ShapeError, get_shape, write_shape
 
 Log = Callable[[str], None]
 
@@ -125,7 +130,8 @@ def _unknown_name(name: str) -> str:
     import difflib
 
     near = difflib.get_close_matches(name.strip().lower(), list(MODELS), n=1, cutoff=0.6)
-    return (f"did you mean {near[0]}? " if near else "") + f"known models: {', '.join(MODELS)}"
+    return ((f"did you mean {near[0]}? " if near else "") + f"known models: {', '.join(MODELS)}; "
+            f"random-weight shapes (speed only): {', '.join(SHAPE_PREFIX + s for s in SHAPES)}")
 
 
 def _spec(name: str) -> ModelSpec:
@@ -293,19 +299,82 @@ def _stderr_log(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log) -> Path:
+#: A model argument starting with this names a shape of tqgguf.shapes (``shape:llama-3.1-8b``).
+SHAPE_PREFIX = "shape:"
+
+
+def shape_file(arg: str, *, write_missing: bool = True, log: Log = _stderr_log) -> Path:
+    """The random-weight GGUF of ``NAME[:WEIGHTS]`` (a tqgguf.shapes name, weights q4_0 by
+    default): ``<models>/shapes/NAME.WEIGHTS.vN.gguf`` (N: the writer's version), written
+    by :func:`tqgguf.shapes.write_shape` when missing (it appears only when whole) if
+    ``write_missing``. Raises ModelError for an unknown name or weight type (the message
+    lists the allowed ones), a missing file with ``write_missing`` False, or a failed write.
+    """
+    name, _, weights = arg.strip().lower().partition(":")
+    try:
+        shape = get_shape(name)
+    except ShapeError as e:
+        raise ModelError(f"{SHAPE_PREFIX}{arg}: {e}") from None
+    weights = weights or "q4_0"
+    if weights not in WEIGHT_TYPES:
+        raise ModelError(f"{SHAPE_PREFIX}{arg}: unknown weight type {weights!r}; allowed: {', '.join(WEIGHT_TYPES)}")
+    target = models_dir() / "shapes" / f"{shape.name}.{weights}.v{WRITER_VERSION}.gguf"
+    if target.is_file():
+        return target
+    if not write_missing:
+        raise ModelError(f"shape {shape.name} ({weights}) is not written yet (looked for {target})")
+    log(f"writing {shape.name} ({weights}, random weights, speed only) to {target}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return write_shape(shape.name, target, weight_type=weights)
+    except OSError as e:
+        raise ModelError(f"cannot write shape {shape.name} to {target}: {e.strerror or e}") from None
+
+
+def is_speed_only(path: str | os.PathLike) -> bool:
+    """Whether a GGUF says it has random weights (``tqgguf.speed_only`` true, tqgguf.shapes).
+    A file that is not a readable GGUF is not (the verb that opens it says why it fails)."""
+    try:
+        meta, _ = read_header(path)
+    except KVPlanError:
+        return False
+    return meta.get(SPEED_ONLY_KEY) is True
+
+
+def refuse_speed_only(path: str | os.PathLike, verb: str) -> None:
+    """Raise ModelError when ``path`` is a random-weight shape: ``verb`` (ppl, sweep, mix)
+    measures what a model predicts, and a random model's predictions mean nothing."""
+    if is_speed_only(path):
+        raise ModelError(f"{path}: random weights, speed only (GGUF key {SPEED_ONLY_KEY} = true, written by "
+                         f"tqgguf.shapes): its perplexity and KL divergence mean nothing, so `tqgguf {verb}` refuses "
+                         "it; time it with `tqgguf bench`")
+
+
+def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log, for_quality: str | None = None) -> Path:
     """Turn a ``--model`` argument into a GGUF path.
 
     ``arg`` naming an existing file is returned as given (``~`` expanded, no checks);
     a registry name returns its verified file, pulled first when missing if
-    ``pull_missing`` (progress goes to ``log``, stderr by default, so stdout stays clean).
-    Raises ModelError when ``arg`` is neither a file nor a known name (message lists the
-    names), when a named model is missing and ``pull_missing`` is False, or when pulling
-    fails.
+    ``pull_missing`` (progress goes to ``log``, stderr by default, so stdout stays clean);
+    ``shape:NAME[:WEIGHTS]`` returns :func:`shape_file` (written when missing if
+    ``pull_missing``). ``for_quality``: the verb's name when the caller measures what the
+    model predicts (ppl, sweep, mix); then a shape, or a file marked speed only, is refused
+    (:func:`refuse_speed_only`) before anything is written or loaded. Raises ModelError when
+    ``arg`` is neither a file nor a known name (message lists the names), when a named model
+    is missing and ``pull_missing`` is False, when pulling or writing fails, or for such a
+    refusal.
     """
     path = Path(arg).expanduser()
     if path.is_file():
+        if for_quality:
+            refuse_speed_only(path, for_quality)
         return path
+    if arg.strip().lower().startswith(SHAPE_PREFIX):
+        if for_quality:
+            raise ModelError(f"{arg}: a shape has random weights, speed only (its GGUF says {SPEED_ONLY_KEY} = "
+                             f"true): its perplexity and KL divergence mean nothing, so `tqgguf {for_quality}` "
+                             "refuses it; time it with `tqgguf bench`")
+        return shape_file(arg.strip()[len(SHAPE_PREFIX):], write_missing=pull_missing, log=log)
     key = arg.strip().lower()
     if key not in MODELS:
         raise ModelError(f"{arg!r} is neither an existing file nor a known model name; {_unknown_name(arg)}")

@@ -96,7 +96,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
                                configs=bench.configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
                                n_threads=threads, offload=offload, warmup=not no_warmup, batched=bspec,
                                beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
-                               out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model}"))
+                               out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model.replace(':', '-')}"))
         bench.validate(spec)
         if not spec.tests:  # only --batched runs: say which flags had nothing to apply to
             src = click.get_current_context().get_parameter_source
@@ -173,7 +173,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
         if all_rows:
             everything = bench.directory_rows(spec, all_rows)
-            (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(everything)}\n")
+            (spec.out_dir / "table.md").write_text(f"{bench.table_title(path, everything)}\n\n{bench.markdown(everything)}\n")
         click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
                    f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
         click.get_current_context().exit(130)
@@ -183,9 +183,9 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     # the table and the plot show every result in the directory (runs add up: K = V diagonals
     # are separate runs), this run's rows last
     everything = bench.directory_rows(spec, rows)
-    (spec.out_dir / "table.md").write_text(f"model: {path.name}\n\n{bench.markdown(everything)}\n")
+    (spec.out_dir / "table.md").write_text(f"{bench.table_title(path, everything)}\n\n{bench.markdown(everything)}\n")
     written = ["results.jsonl", "table.md"]
     if not no_plot:
-        bench.plot(everything, spec.out_dir / "bench.png", f"{path.name}: t/s by depth")
+        bench.plot(everything, spec.out_dir / "bench.png", f"{bench.table_title(path, everything)[7:]}: t/s by depth")
         written.append("bench.png")
     click.echo(f"bench: wrote {', '.join(str(spec.out_dir / w) for w in written)}", err=True)

@@ -43,7 +43,7 @@ def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_la
         cand = parse_types(types)
         for b in bits:
             check_budget(b, cand)
-        path = resolve_model(model)
+        path = resolve_model(model, for_quality="mix")
         if text_file is not None:
             try:
                 text, label = Path(text_file).read_text(encoding="utf-8"), str(text_file)

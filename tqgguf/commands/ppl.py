@@ -58,8 +58,8 @@ def command(model, text_file, n_ctx, n_batch, chunks, ctk, ctv, rot, flash_attn,
         except OSError as e:
             raise click.BadParameter(f"cannot write {json_file}: {e.strerror or e}", param_hint="--json") from e
     try:
+        path = resolve_model(model, for_quality="ppl")  # a speed-only shape is refused before the text is fetched
         text = resolve_text(text_file)
-        path = resolve_model(model)
         engine = open_model(path, ctk=ctk, ctv=ctv, n_ctx=n_ctx, n_batch=n_batch, flash_attn=flash_attn, rotation=rot,
                             n_threads=threads, offload=offload, verbose=verbose, k_center=k_center,
                             kv_boundary=st.kv_boundary, kv_swa=st.kv_swa, kv_plan=st.kv_plan)

@@ -57,7 +57,7 @@ def command(model, text_file, ctk, ctv, rot, k_center, kv_boundary, kv_swa, kv_p
         kcs = parse_k_centers(k_center)
         plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
         text = resolve_text(text_file)
-        path = resolve_model(model)
+        path = resolve_model(model, for_quality="sweep")
         if "auto" in kcs:  # what auto means for this model with the grid's quantized K types (else off anyway)
             quant_k = {t for t in parse_types(ctk, "--ctk") if is_quantized(t)}
             for b, s, m in plans:  # a plan's layers may quantize K under -ctk f16 (a tqgguf mix plan)
