@@ -64,11 +64,11 @@ build)
     start=$(date +%s)
     cmake -S "$W/llama.cpp" -B "$W/build" "${GEN[@]}" "${CC_LAUNCH[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=${SERVER:-OFF} -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--exclude-libs,ALL -DCMAKE_MODULE_LINKER_FLAGS=-Wl,--exclude-libs,ALL -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
         > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
     grep -E "tqgguf|CUDA Toolkit|ccache" "$OUT/configure.log" || true
-    cmake --build "$W/build" -j "$(nproc)" --target test-backend-ops llama-bench llama-batched-bench > "$OUT/build.log" 2>&1 \
+    cmake --build "$W/build" -j "$(nproc)" --target test-backend-ops llama-bench llama-batched-bench ${EXTRA_TARGETS:-} > "$OUT/build.log" 2>&1 \
         || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
     nvcc -O2 -o "$BIN/copy-bandwidth" scripts/cuda/copy_bandwidth.cu >> "$OUT/build.log" 2>&1 || echo "copy-bandwidth not built"
     echo "built in $(( $(date +%s) - start )) s"; ls -la "$BIN" | grep -E "test-backend-ops|llama-bench|llama-batched-bench|copy-bandwidth"
@@ -127,8 +127,8 @@ bench)
             label="$kv"; envs=()
             if [ "$dec" != - ]; then label="$kv DEC=$dec"; envs=(GGML_CUDA_TURBO_FA_DEC=$dec); fi
             echo "== $label"
-            env "${envs[@]}" "$BIN/llama-bench" -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" -p 512 -n 64 \
-                -d 0,16384,65536 -r 3 -o md 2>> "$OUT/bench-$tag.err" | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $label"
+            env "${envs[@]}" "$BIN/llama-bench" -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" ${BENCH_ARGS:--p 512 -n 64 -d 0,16384,65536 -r 3} \
+                -o md 2>> "$OUT/bench-$tag.err" | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $label"
         done
     done | tee -a "$OUT/bench-$tag.md"
     ;;
