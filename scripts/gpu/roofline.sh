@@ -64,7 +64,7 @@ build)
     start=$(date +%s)
     cmake -S "$W/llama.cpp" -B "$W/build" "${GEN[@]}" "${CC_LAUNCH[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=${SERVER:-OFF} -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--exclude-libs,ALL -DCMAKE_MODULE_LINKER_FLAGS=-Wl,--exclude-libs,ALL -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=${SERVER:-OFF} -DCMAKE_SHARED_LINKER_FLAGS=${LINK_FLAGS:-} -DCMAKE_MODULE_LINKER_FLAGS=${LINK_FLAGS:-} -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
         > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
     grep -E "tqgguf|CUDA Toolkit|ccache" "$OUT/configure.log" || true

@@ -34,7 +34,7 @@ mkdir -p "$W/cache/build/tools-cuda/bin" && ln -s "$BIN"/* "$W/cache/build/tools
 export PYTHONPATH=$ROOT:$SITE TQGGUF_CACHE=$W/cache TQGGUF_LLAMA_SERVER=$BIN/llama-server PYTHONUNBUFFERED=1
 TQ="$PY -m tqgguf"
 [[ -n $TEXT ]] && export TQGGUF_TEXT=$TEXT
-$TQ info 2>&1 | head -12 | tee "$OUT/rpc-info.txt"
+{ $TQ info 2>&1 || true; } | sed -n 1,12p > "$OUT/rpc-info.txt"
 
 worker() {  # worker PORT [DEV]: a turbo-capable worker of the stage build on loopback
     CUDA_VISIBLE_DEVICES=0 $TQ rpc-server -p "$1" -d "${2:-CUDA0}" > "$W/worker-$1.log" 2>&1 &
@@ -47,7 +47,7 @@ worker() {  # worker PORT [DEV]: a turbo-capable worker of the stage build on lo
     worker 50052
     for kv in ${KVS:-f16/f16 q8_0/turbo4 turbo4/turbo4 turbo3/turbo3}; do
         common=(ppl "$SMOL" -c 512 --chunks 4 -ctk "${kv%/*}" -ctv "${kv#*/}")
-        a=$($TQ "${common[@]}" -ngl all 2>&1 | tee "$W/ppl-local.log" | grep -o 'PPL = [0-9.]*')
+        a=$($TQ "${common[@]}" -ngl all 2>&1 | tee "$W/ppl-local.log" | grep -o 'PPL = [0-9.]*' || tail -3 "$W/ppl-local.log")
         b=$(CUDA_VISIBLE_DEVICES= $TQ "${common[@]}" --rpc 127.0.0.1:50052 -ngl all 2> "$W/ppl-rpc.err" | grep -o 'PPL = [0-9.]*' || tail -3 "$W/ppl-rpc.err")
         c=$($TQ "${common[@]}" --rpc 127.0.0.1:50052 -ngl all 2> "$W/ppl-split.err" | grep -o 'PPL = [0-9.]*' || tail -3 "$W/ppl-split.err")
         echo "$kv  local: $a  rpc-only: $b  CUDA0+RPC0: $c"

@@ -36,9 +36,6 @@ ALWAYS_TARGETS = (SERVER_TARGET, RPC_SERVER_TARGET)
 BUILD_INFO_NAME = "_tqgguf_build.json"
 
 
-#: GNU ld: symbols of every static archive linked into a shared library are not exported
-#: (the CUDA engine's link flags; see BuildConfig.defines).
-LOCAL_STATIC_ARCHIVES = "-Wl,--exclude-libs,ALL"
 
 
 @dataclass
@@ -86,15 +83,10 @@ class BuildConfig:
         if self.backend == "cuda":
             d["GGML_CUDA"] = "ON"
             d["CMAKE_CUDA_ARCHITECTURES"] = self.cuda_arch or "native"
-            # keep what static archives bring into a shared library local to it: the GPU image's
-            # compiler (CXX=/opt/gcc/bin/g++, GCC 13 with libstdc++.a only) links libstdc++
-            # statically into libggml-cuda, libllama, ..., and without this each exports it
-            # (codecvt, locale, exception and typeinfo symbols), which interposes on the system
-            # libstdc++ of numpy, matplotlib's pybind11 ft2font, torch: a tokenizer SIGSEGV or
-            # pybind11's "returned NULL without setting an exception" (docs/CUDA.md, load order).
-            # Only the cuda branch: the CPU engine's defines (and fingerprint) stay as they are.
-            d["CMAKE_SHARED_LINKER_FLAGS"] = LOCAL_STATIC_ARCHIVES
-            d["CMAKE_MODULE_LINKER_FLAGS"] = LOCAL_STATIC_ARCHIVES
+            # not -Wl,--exclude-libs,ALL: it keeps the GPU image's static libstdc++ local to each
+            # library (the matplotlib/pybind11 import crash after the engine, docs/CUDA.md "load
+            # order"), but measured on the H200 it also breaks ggml RPC (SIGSEGV in libllama when the
+            # RPC device registers, llama.cpp's own llama-bench --rpc too); without it RPC works
         elif self.backend == "metal":
             # the Metal source (with our turbo kernels, inlined by ggml-metal/turbo-embed.cmake)
             # goes into the library and is compiled at run time: no default.metallib to ship

@@ -94,7 +94,10 @@ class ChildSpec:
             a += ["-fit", "on"]
         else:
             a += ["-ngl", "all" if self.n_gpu_layers < 0 else str(self.n_gpu_layers), "-fit", "off"]
-        a += [*self.offload_args, "--no-webui", "--metrics", "--jinja"]
+        # -lv 4: llama-server shows the library's own load lines (devices, layers offloaded, model and
+        # KV buffers per device) only at debug verbosity; serve's startup placement is read from them
+        # (about 190 lines at load, 33 per request, logged at debug level unless -v)
+        a += [*self.offload_args, "-lv", "4", "--no-webui", "--metrics", "--jinja"]
         if self.embedding:
             # embeddings need the whole input in one ubatch; one slot is enough for them
             a += ["-c", str(self.n_ctx), "-np", "1", "-b", str(self.n_ctx), "-ub", str(self.n_ctx), "--embeddings"]

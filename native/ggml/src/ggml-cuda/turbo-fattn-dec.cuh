@@ -40,7 +40,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 0
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 1
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
