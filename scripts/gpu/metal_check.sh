@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a Mac (Apple Silicon, macOS with Xcode or the Command Line Tools): the checks of the Metal
-# turbo kernels that could not run where they were written (README, "Metal"). Logs go to
+# turbo kernels that could not run where they were written (docs/METAL.md). Logs go to
 # $OUT (default ./out-metal).
 #
 #   scripts/gpu/metal_check.sh build        tqgguf build --backend metal --tools (embedded library)

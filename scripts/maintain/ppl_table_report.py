@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the README's foundation PPL table from sweep results (results.jsonl) and/or
+"""Print the foundation PPL table (docs/RESULTS.md) from sweep results (results.jsonl) and/or
 llama-perplexity grid TSVs (scripts/gpu/kld_grid.sh).
 
     python scripts/maintain/ppl_table_report.py NAME=results/sweep-smollm2/results.jsonl NAME=GRID.tsv:F16_PPL ...

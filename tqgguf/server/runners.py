@@ -273,7 +273,7 @@ def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
     CPU per request (~8 ms with idle connections kept: httpcore's pool checks every idle
     socket on each request), aiohttp ~0.9 ms (measured on this project's 2-core CI machine).
     Reusing connections instead of one per request (connect + close on both sides) cut the
-    front's CPU per request further; README's serve section has the numbers.
+    front's CPU per request further; docs/SERVING.md has the numbers.
     """
     return aiohttp.ClientSession(
         base_url=base_url, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
