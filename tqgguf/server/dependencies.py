@@ -1,0 +1,18 @@
+"""What the routes share, as FastAPI dependencies: the :class:`~.runners.Manager` (which
+models are loaded, and how to get a runner for a request), stored on ``app.state`` by
+``create_app``. A route takes it as a parameter, ``manager: ManagerDep``; a plain
+Starlette route (no dependency solving) calls :func:`get_manager` itself."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from .runners import Manager
+
+
+def get_manager(request: Request) -> Manager:
+    return request.app.state.manager
+
+
+ManagerDep = Annotated[Manager, Depends(get_manager)]
