@@ -1016,7 +1016,7 @@ def test_plain_json_tool_calls_are_recognised_only_for_offered_tools():
 def test_gguf_header_reader_agrees_with_gguf_py(model_path):
     from gguf import GGUFReader
 
-    from tqgguf.server.runners import read_gguf_metadata
+    from tqgguf.server.modelfile import read_gguf_metadata
 
     ours = read_gguf_metadata(model_path)
     ref = GGUFReader(model_path, "r")

@@ -8,6 +8,7 @@ grammar-constrained JSON, tool calling through the chat template, embeddings,
 - ``child``: one llama-server process: command line, start, readiness, log, stop;
 - ``runners``: which models are loaded (on demand, keep-alive, num_ctx reloads,
   restarts after a crash, OLLAMA_MAX_LOADED_MODELS);
+- ``modelfile``: a servable model's names and GGUF metadata (header only);
 - ``ollama``: Ollama's request/response fields to and from llama-server's;
 - ``routes_openai``, ``routes_ollama``, ``routes_misc``: one FastAPI router per API (OpenAI
   passed through, Ollama translated; ``/health``, ``/metrics``), sharing the ``Manager``

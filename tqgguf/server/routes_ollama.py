@@ -30,7 +30,8 @@ from . import proxy
 from .dependencies import ManagerDep
 from .errors import json_body
 from .ollama import RequestError
-from .runners import Manager, ModelFile, Runner
+from .modelfile import ModelFile
+from .runners import Manager, Runner
 
 router = APIRouter()
 

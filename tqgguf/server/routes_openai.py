@@ -25,7 +25,7 @@ from . import proxy
 from .dependencies import ManagerDep, get_manager
 from .errors import json_body
 from .ollama import RequestError
-from .runners import ModelFile
+from .modelfile import ModelFile
 
 router = APIRouter()
 
