@@ -149,7 +149,7 @@ def test_layers_point_one_way(low, forbidden):
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
     ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.texts", "tqgguf.builder"),  # data, build
-    ("tqgguf.engine", "tqgguf.enginevars"),                                             # engine access
+    ("tqgguf.engine", "tqgguf.enginevars", "tqgguf.devices"),                           # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
     ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features
     ("tqgguf.cli", "tqgguf.commands", "tqgguf.__main__"),                               # CLI
