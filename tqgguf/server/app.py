@@ -52,7 +52,11 @@ def create_app(manager: Manager) -> FastAPI:
     app.state.manager = manager
     app.add_middleware(BodyLimit, limit=manager.settings.max_request_body)
     add_error_handlers(app)
-    app.include_router(routes_openai.router)
-    app.include_router(routes_misc.router)
-    app.include_router(routes_ollama.router)
+    for router in (routes_openai.router, routes_misc.router, routes_ollama.router):
+        # the routes themselves, as include_router placed them in earlier FastAPI versions: the app
+        # then matches one flat list. include_router now keeps each router as one route that
+        # matches its own list, which costs 30-60 µs of CPU per request here (the front's
+        # whole cost is ~1.5 ms, docs/SERVING.md) and adds nothing these routers use
+        # (no prefix, tags or router-level dependencies)
+        app.router.routes.extend(router.routes)
     return app

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from . import proxy
-from .dependencies import ManagerDep, get_manager
+from .dependencies import ManagerDep, manager_of
 from .errors import json_body
 from .ollama import RequestError
 from .modelfile import ModelFile
@@ -109,7 +109,7 @@ async def _forward(request: Request, path: str, kind: str) -> Response:
     # legacy completions with logprobs: llama-server answers in the chat shape; convert it
     legacy = (LegacyLogprobs(body.get("prompt")) if path == "/v1/completions" and body.get("logprobs") not in
               (None, False) else None)
-    return await proxy.forward(request, get_manager(request), raw, body, path, kind, legacy)
+    return await proxy.forward(request, manager_of(request), raw, body, path, kind, legacy)
 
 
 async def chat_completions(request: Request) -> Response:
