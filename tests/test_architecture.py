@@ -172,7 +172,7 @@ def test_shapes_needs_only_numpy_gguf_and_the_leaves():
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
     ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.shapes", "tqgguf.texts", "tqgguf.builder"),  # data, build
-    ("tqgguf.engine", "tqgguf.enginevars"),                                             # engine access
+    ("tqgguf.engine", "tqgguf.enginevars", "tqgguf.devices"),                           # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
     ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features
     ("tqgguf.cli", "tqgguf.commands", "tqgguf.__main__"),                               # CLI

@@ -150,8 +150,8 @@ def test_second_build_with_nothing_changed_is_a_fast_no_op():
 
 
 def test_generated_codebook_header_is_current():
-    out = subprocess.run([sys.executable, "scripts/gen_turbo_tables.py", "--check"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "scripts/maintain/gen_turbo_tables.py", "--check"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr
 
 

@@ -17,7 +17,7 @@ And one host-side choice: ggml_cuda_turbo_fa_gqa_cols, the Q heads per block of 
 kernel (grouped only when the grid still fills a wave of the GPU; the GGML_CUDA_TURBO_FA_GQA knob).
 
 The kernels themselves (launch shapes, shared memory, the upstream kernel around these
-functions) are checked on the GPU machine (scripts/device_cuda.sh, docs/CUDA.md).
+functions) are checked on the GPU machine (scripts/gpu/cuda.sh, docs/CUDA.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The CUDA pieces that can be checked without a GPU: the pair list, the CMake generator
 that turns it into translation units, how `tqgguf info` reads the backend's pair list, and
 `-ngl` on an engine without a GPU backend. The kernels themselves are checked on the GPU
-machine (scripts/device_cuda.sh; docs/CUDA.md has the results)."""
+machine (scripts/gpu/cuda.sh; docs/CUDA.md has the results)."""
 from __future__ import annotations
 
 import itertools

@@ -20,7 +20,7 @@ text; and upstream's own get_rows / set_rows / cpy kernel templates, cut from th
 quantize.metal of the tree `tqgguf build` prepared, compile through the shim with every
 turbo instance line of that file and, run over an emulated grid, reproduce the C codec.
 
-What this does not show: how Apple's GPU compiler evaluates the same text (README, "Metal").
+What this does not show: how Apple's GPU compiler evaluates the same text (docs/METAL.md).
 """
 from __future__ import annotations
 

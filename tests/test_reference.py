@@ -126,7 +126,7 @@ def test_lloyd_max_rejects_bad_arguments():
 
 
 def test_header_is_up_to_date():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_turbo_tables.py"), "--check"],
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "maintain" / "gen_turbo_tables.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
 

@@ -204,7 +204,7 @@ def test_legacy_completions_logprobs_have_openais_shape_streamed_or_not(srv):
 
 
 def test_legacy_logprob_offsets_count_characters_across_a_split_utf8_character():
-    from tqgguf.server.app import LegacyLogprobs
+    from tqgguf.server.routes_openai import LegacyLogprobs
 
     # "é" (C3 A9) split over two byte tokens, then " x": llama-server's token strings for the
     # halves are not text; offsets count characters of prompt + completion
@@ -576,7 +576,7 @@ def test_a_non_streaming_call_is_cancelled_when_its_client_leaves():
     # cancel) as soon as the ASGI server reports http.disconnect, and ClientLeft is raised
     from starlette.requests import Request
 
-    from tqgguf.server.app import ClientLeft, until_disconnect
+    from tqgguf.server.proxy import ClientLeft, until_disconnect
 
     async def scenario(leave_after: float | None) -> tuple[str, bool]:
         messages: asyncio.Queue = asyncio.Queue()
@@ -611,7 +611,7 @@ def test_stream_cleanup_runs_when_the_first_send_fails():
     # an ASGI 2.4 server raises on the first send to a client that has gone: the body
     # iterator then never starts, and only the response itself can release the model
 
-    from tqgguf.server.app import _Stream
+    from tqgguf.server.proxy import Stream
 
     events: list[str] = []
 
@@ -632,7 +632,7 @@ def test_stream_cleanup_runs_when_the_first_send_fails():
         return {"type": "http.disconnect"}
 
     with pytest.raises(Exception):
-        asyncio.run(_Stream(body(), cleanup)({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send))
+        asyncio.run(Stream(body(), cleanup)({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send))
     assert events == ["cleanup"], events
 
 
@@ -1016,7 +1016,7 @@ def test_plain_json_tool_calls_are_recognised_only_for_offered_tools():
 def test_gguf_header_reader_agrees_with_gguf_py(model_path):
     from gguf import GGUFReader
 
-    from tqgguf.server.runners import read_gguf_metadata
+    from tqgguf.server.modelfile import read_gguf_metadata
 
     ours = read_gguf_metadata(model_path)
     ref = GGUFReader(model_path, "r")

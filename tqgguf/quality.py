@@ -31,7 +31,7 @@ baseline from another model or setting is refused with the reason.
 
 Differences from upstream, stated: statistics are accumulated per chunk in numpy
 (float32 element math, float64 sums) instead of per thread in C; results agree to the
-printed digits (see tests/test_sweep.py and scripts/check_kld_vs_llama_perplexity.py).
+printed digits (see tests/test_sweep.py and scripts/tools/check_kld_vs_llama_perplexity.py).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ MODELS = {"smollm2": "SmolLM2-135M", "gemma3": "Gemma-3-270M", "qwen": "Qwen2.5-
 MAPS = {"smollm2": ROOT / "results/grid/smollm2-135m_llama-perplexity_grid.tsv",
         "gemma3": ROOT / "results/grid/gemma3-270m_llama-perplexity_grid.tsv",
         "qwen": ROOT / "results/k-center/device/qwen_full.tsv"}
-F16_PPL = {"smollm2": 28.7149, "gemma3": 19.0012, "qwen": 38.1012}  # the maps' f16/f16 (README, K_CENTERING.md)
+F16_PPL = {"smollm2": 28.7149, "gemma3": 19.0012, "qwen": 38.1012}  # the maps' f16/f16 (docs/RESULTS.md, K_CENTERING.md)
 
 
 def rows(path: Path) -> list[dict]:

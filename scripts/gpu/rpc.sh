@@ -4,10 +4,10 @@
 #
 #   scripts/gpu/rpc.sh BIN SMOL.gguf [SHAPE.gguf]
 #
-# BIN: the stage build of the patched tree (scripts/device_cuda.sh stage, with GGML_RPC=ON and the
+# BIN: the stage build of the patched tree (scripts/gpu/cuda.sh stage, with GGML_RPC=ON and the
 # targets ggml-rpc-server llama-server llama-bench llama-batched-bench), SMOL: SmolLM2-135M (real
 # text, for PPL), SHAPE: a real-size random-weight GGUF for speed (scripts/gpu/write_shape.py).
-# KIT=.device/serve (scripts/device_serve_pack.sh: the Python deps and the llama_cpp package),
+# KIT=.device/serve (scripts/gpu/serve_pack.sh: the Python deps and the llama_cpp package),
 # TEXT=wiki.test.raw path. Writes $OUT/rpc-*.txt.
 #
 # 1. PPL, c=512, 4 chunks, per K/V pair: local GPU (-ngl all); worker on CUDA0 and a client that

@@ -12,7 +12,7 @@ The codebooks here are computed, not copied: Lloyd's algorithm alternates decisi
 boundaries at the centroid midpoints with centroids at the conditional means, with
 Gauss–Legendre quadrature on every cell, until the centroids move less than 1e-15.
 
-These float64 values are the single source of truth; ``scripts/gen_turbo_tables.py`` rounds
+These float64 values are the single source of truth; ``scripts/maintain/gen_turbo_tables.py`` rounds
 them to float32 and writes ``native/ggml/src/ggml-turbo-tables.h`` for C, CUDA and Metal.
 """
 

@@ -8,8 +8,14 @@ grammar-constrained JSON, tool calling through the chat template, embeddings,
 - ``child``: one llama-server process: command line, start, readiness, log, stop;
 - ``runners``: which models are loaded (on demand, keep-alive, num_ctx reloads,
   restarts after a crash, OLLAMA_MAX_LOADED_MODELS);
+- ``modelfile``: a servable model's names and GGUF metadata (header only);
 - ``ollama``: Ollama's request/response fields to and from llama-server's;
-- ``app``: the FastAPI routes (OpenAI passed through, Ollama translated);
+- ``routes_openai``, ``routes_ollama``, ``routes_misc``: one FastAPI router per API (OpenAI
+  passed through, Ollama translated; ``/health``, ``/metrics``), sharing the ``Manager``
+  through ``dependencies``;
+- ``proxy``: every call to a llama-server child (the OpenAI pass-through, streams, a client
+  that leaves); ``errors``: each API's error shape, the exception handlers, the body limit;
+- ``app``: ``create_app``, which wires them;
 - ``run``: bind the port, start the default model, log the effective settings, run uvicorn.
 """
 from __future__ import annotations

@@ -1,0 +1,145 @@
+"""The errors ``tqgguf serve`` answers with, each in its API's shape, in one place.
+
+Ollama's routes (``/api/...``) answer ``{"error": "message"}``; every other route answers
+OpenAI's ``{"error": {"message", "type", "param", "code"}}``. :func:`add_error_handlers`
+maps every exception a route can raise to its status: a bad request (``RequestError``,
+400 or what it says), an unknown model (404), a context or load option the server cannot
+give (400), a model that is not running (503), one that failed to load (500), a child that
+went away mid-request (:class:`ChildGone`: 502, or 503 while shutting down), a client that
+left (:class:`ClientLeft`: 499, which nobody reads), anything else (500, logged).
+:class:`BodyLimit` refuses an oversized body with a 413 before it is read.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..config import format_size
+from .child import ChildError
+from .ollama import RequestError
+from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, Unavailable
+
+log = logging.getLogger("tqgguf.server")
+
+
+class ChildGone(RuntimeError):
+    """The model's llama-server went away during a request."""
+
+
+class ClientLeft(RuntimeError):
+    """The client closed its connection before the (non-streaming) answer was ready."""
+
+
+def is_ollama(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def openai_error(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
+    kind = {404: "not_found_error", 502: "server_error", 503: "unavailable_error"}.get(
+        status, "invalid_request_error" if status < 500 else "server_error")
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code or status}},
+                        status_code=status)
+
+
+def error(request: Request, status: int, message: str, code: str | None = None,
+          param: str | None = None) -> JSONResponse:
+    """The error in the shape of the API ``request`` went to."""
+    if is_ollama(request):
+        return JSONResponse({"error": message}, status_code=status)
+    return openai_error(status, message, code, param)
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body; RequestError (400) when it is empty, not JSON or nested too deeply."""
+    raw = await request.body()
+    if not raw.strip():
+        raise RequestError(400, "the request body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise RequestError(400, "the JSON body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over ``limit`` bytes with a 413 in the API's
+    error shape, without reading it: at once when Content-Length declares more, else (a
+    chunked body) as soon as the bytes read pass the limit (a RequestError out of
+    ``receive``, which the route's body read raises)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+        self.what = f"the limit of {format_size(limit)} (TQGGUF_MAX_REQUEST_BODY)"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = error(Request(scope), 413, f"the request body is {int(declared)} bytes, more than {self.what}")
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise RequestError(413, f"the request body is more than {self.what}")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer every exception a route raises in its API's error shape (module docstring)."""
+
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, exc: RequestError):
+        return error(request, exc.status, exc.message, exc.code, exc.param)
+
+    @app.exception_handler(ModelNotFound)
+    async def _not_found(request: Request, exc: ModelNotFound):
+        return error(request, 404, str(exc), "model_not_found", "model")
+
+    @app.exception_handler(ContextTooLarge)
+    async def _too_large(request: Request, exc: ContextTooLarge):
+        return error(request, 400, str(exc), "context_length_exceeded", "num_ctx")
+
+    @app.exception_handler(LoadOptionRefused)
+    async def _load_refused(request: Request, exc: LoadOptionRefused):
+        return error(request, 400, str(exc), "invalid_load_option", exc.option)
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(request: Request, exc: Unavailable):
+        return error(request, 503, str(exc))
+
+    @app.exception_handler(ChildError)
+    async def _child_error(request: Request, exc: ChildError):
+        return error(request, 500, f"the model could not be loaded: {exc}")
+
+    @app.exception_handler(ClientLeft)
+    async def _client_left(request: Request, exc: ClientLeft):
+        return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
+
+    @app.exception_handler(ChildGone)
+    async def _gone(request: Request, exc: ChildGone):
+        return error(request, 503 if request.app.state.manager.shutting_down else 502, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        msg = {404: f"{request.method} {request.url.path} not found", 405: f"method {request.method} is not allowed "
+               f"on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+        return error(request, exc.status_code, msg)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception):
+        log.exception("internal error on %s", request.url.path)
+        return error(request, 500, f"internal error: {type(exc).__name__}: {exc}")

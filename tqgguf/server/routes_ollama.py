@@ -1,0 +1,434 @@
+"""The Ollama API of ``tqgguf serve``, translated to and from llama-server's (field by
+field in ``ollama``): ``POST /api/chat``, ``/api/generate``, ``/api/embed``,
+``/api/embeddings``, ``/api/show``; ``GET /api/tags``, ``/api/ps``, ``/api/version``; ``GET``
+and ``HEAD /`` (and ``HEAD /api/tags``, ``/api/version``) as Ollama answers them. Errors are
+``{"error": "message"}`` (``errors``); streams are NDJSON, one object per line, the last
+with ``done: true``, ``done_reason`` and Ollama's timing fields.
+
+Each generation route holds the model for its request (``Manager.use``: load on demand,
+``num_ctx`` and load-option reloads, the request's ``keep_alive``) and calls llama-server
+through ``proxy``: ``/v1/chat/completions`` for chat (tools, ``format``, thinking),
+``/apply-template`` + ``/tokenize`` + ``/completion`` for generate (``raw``, ``context``),
+``/tokenize`` + ``/v1/embeddings`` for the embedding routes.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiohttp
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from . import ollama as ol
+from . import proxy
+from .dependencies import ManagerDep
+from .errors import json_body
+from .ollama import RequestError
+from .modelfile import ModelFile
+from .runners import Manager, Runner
+
+router = APIRouter()
+
+
+@router.get("/", response_class=PlainTextResponse)
+async def root():
+    return "Ollama is running"
+
+@router.head("/")
+async def root_head():
+    return Response(status_code=200)
+
+@router.get("/api/version")
+async def version():
+    return {"version": ol.OLLAMA_API_VERSION}
+
+@router.head("/api/version")
+async def version_head():
+    return Response(status_code=200)
+
+def _tag_entry(m: ModelFile) -> dict:
+    st = m.path.stat()
+    return {"name": m.tag, "model": m.tag,
+            "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime)),
+            "size": st.st_size, "digest": m.digest, "details": m.details()}
+
+def _available(manager: Manager) -> list[ModelFile]:
+    """The served models plus every registry model that is downloaded."""
+    from ..models import list_models as registry
+
+    out = list(manager.models.values())
+    known = {str(m.path) for m in out}
+    for row in registry():
+        if row.get("path") and row["path"] not in known:
+            out.append(ModelFile(row["name"], Path(row["path"])))
+    return out
+
+@router.get("/api/tags")
+async def tags(manager: ManagerDep):
+    return {"models": await asyncio.to_thread(lambda: [_tag_entry(m) for m in _available(manager)])}
+
+@router.head("/api/tags")
+async def tags_head():
+    return Response(status_code=200)
+
+@router.get("/api/ps")
+async def ps(manager: ManagerDep):
+    out, seen = [], set()
+    for r in manager.loaded():
+        if r.model.name in seen:
+            continue
+        seen.add(r.model.name)
+        left = manager.expires_in(r)
+        expires = ("2318-11-11T00:00:00Z" if left is None else  # Ollama's "forever" is a far date too
+                   time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + max(left, 0))))
+        e = _tag_entry(r.model)
+        e.pop("modified_at")
+        e.update(expires_at=expires, size_vram=e["size"] if manager.config.n_gpu_layers else 0,
+                 context_length=r.n_ctx)
+        out.append(e)
+    return {"models": out}
+
+@router.post("/api/show")
+async def show(request: Request, manager: ManagerDep):
+    body = ol.require_object(await json_body(request))
+    m = manager.find(ol.model_name(body))
+    md = await asyncio.to_thread(m.metadata)
+    template = m.chat_template()
+    caps = ["completion"] + (["tools"] if "tools" in template else []) + \
+        (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else [])
+    info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
+    return {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
+            "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
+            "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.path.stat().st_mtime))}
+
+async def finish(res: dict, reason: str | None, timings: dict | None, lp: list | None, t0: float,
+                 load_s: float, stack: contextlib.AsyncExitStack, headers: dict, **extra: Any) -> JSONResponse:
+    """The end of a non-streamed Ollama answer: ``done``, ``done_reason`` (Ollama's name for
+    the finish reason), ``extra`` (e.g. context), the timing fields, ``logprobs`` when asked;
+    the model is released (keep-alive applied from now) before the answer goes out."""
+    res.update(done=True, done_reason=ol.done_reason(reason), **extra,
+               **ol.timings(timings, time.monotonic() - t0, load_s))
+    if lp is not None:
+        res["logprobs"] = lp
+    await stack.aclose()
+    return JSONResponse(res, headers=headers)
+
+async def load_or_unload(manager: Manager, name: str, ka: float | None, body: dict, shape: str) -> dict:
+    m = manager.find(name)
+    _, load = ol.options(body)  # a load request's load-time options apply as a generation's would
+    base = {"model": name, "created_at": ol.now_rfc3339(), "done": True}
+    if ka == 0:
+        await manager.unload(m, reason="keep_alive 0")
+        reason = "unload"
+    else:
+        async with manager.use(name, num_ctx=load.pop("num_ctx", None), load=load, keep_alive=ka):
+            pass
+        reason = "load"
+    if shape == "chat":
+        base["message"] = {"role": "assistant", "content": ""}
+    else:
+        base["response"] = ""
+    base["done_reason"] = reason
+    return base
+
+@router.post("/api/chat")
+async def api_chat(request: Request, manager: ManagerDep):
+    t0 = time.monotonic()
+    body = ol.require_object(await json_body(request))
+    name = ol.model_name(body)
+    ka = ol.keep_alive(body)
+    if not body.get("messages"):
+        if "messages" in body and not isinstance(body["messages"], list):
+            raise RequestError(400, "messages must be a list of {role, content} objects")
+        return await load_or_unload(manager, name, ka, body, "chat")
+    messages = ol.chat_messages(body["messages"])
+    sampling, load = ol.options(body)
+    model = manager.find(name)
+    payload: dict[str, Any] = {"messages": messages, **sampling}
+    payload.update(ol.think_fields(body, name, model.chat_template()))
+    payload.update(ol.logprob_fields(body, chat=True))
+    tool_names: set[str] = set()
+    if (t := ol.tools(body)) is not None:
+        payload["tools"] = t
+        tool_names = {x["function"].get("name") for x in t}
+    if (schema := ol.format_schema(body.get("format"))) is not None:
+        payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": schema}}
+    stream = body.get("stream", True) is not False
+    payload["stream"] = stream
+    stack = contextlib.AsyncExitStack()
+    r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
+                                                              load=load, keep_alive=ka))
+    headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
+    load_s = r.loaded_since(t0)
+    try:
+        if not stream:
+            data = await proxy.until_disconnect(request, proxy.call_ok(r, "/v1/chat/completions", payload))
+            ch = (data.get("choices") or [{}])[0]
+            msg = ch.get("message") or {}
+            out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+            if msg.get("reasoning_content"):
+                out_msg["thinking"] = msg["reasoning_content"]
+            calls = msg.get("tool_calls") or (ol.tool_calls_from_text(out_msg["content"], tool_names)
+                                              if tool_names else None)
+            if calls:
+                out_msg["tool_calls"] = ol.tool_calls_from_openai(calls)
+                if not msg.get("tool_calls"):
+                    out_msg["content"] = ""
+            return await finish({"model": name, "created_at": ol.now_rfc3339(), "message": out_msg},
+                                ch.get("finish_reason"), data.get("timings"),
+                                ol.logprobs_from_openai(ch.get("logprobs")), t0, load_s, stack, headers)
+        resp = await proxy.open_stream(r, "/v1/chat/completions", payload=payload)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+    async def done() -> None:
+        r.streams.discard(resp)
+        resp.close()
+        await stack.aclose()
+
+    async def ndjson() -> AsyncIterator[bytes]:
+        calls: dict[int, dict] = {}
+        finish, tm = None, None
+        held, holding = "", bool(tool_names)  # with tools, text that may be a tool call is held back
+        try:
+            try:
+                async for raw_line in resp.content:
+                    ev = proxy.sse_data(raw_line.decode("utf-8", errors="replace"))
+                    if ev is None:
+                        continue
+                    if "error" in ev:
+                        yield (json.dumps({"error": proxy.upstream_message(json.dumps(ev).encode())}) + "\n").encode()
+                        return
+                    tm = ev.get("timings") or tm
+                    for ch in ev.get("choices") or []:
+                        d = ch.get("delta") or {}
+                        finish = ch.get("finish_reason") or finish
+                        for tc in d.get("tool_calls") or []:
+                            slot = calls.setdefault(tc.get("index", 0), {"function": {"name": "", "arguments": ""}})
+                            fn = tc.get("function") or {}
+                            slot["function"]["name"] += fn.get("name") or ""
+                            slot["function"]["arguments"] += fn.get("arguments") or ""
+                        piece: dict[str, Any] = {}
+                        if d.get("content"):
+                            piece["content"] = d["content"]
+                            if holding:
+                                held += d["content"]
+                                if held.lstrip()[:1] in ("", "{", "[", "<", "`"):
+                                    piece.pop("content")
+                                else:
+                                    piece["content"], held, holding = held, "", False
+                        if d.get("reasoning_content"):
+                            piece["thinking"] = d["reasoning_content"]
+                        lp = ol.logprobs_from_openai(ch.get("logprobs"))
+                        if piece or lp:
+                            out = {"model": name, "created_at": ol.now_rfc3339(),
+                                   "message": {"role": "assistant", "content": piece.get("content", ""),
+                                               **({"thinking": piece["thinking"]} if "thinking" in piece else {})},
+                                   "done": False}
+                            if lp:
+                                out["logprobs"] = lp
+                            yield (json.dumps(out) + "\n").encode()
+            except aiohttp.ClientError:
+                yield (json.dumps({"error": proxy.gone_message(r)}) + "\n").encode()
+                return
+            if held and not calls:
+                parsed = ol.tool_calls_from_text(held, tool_names)
+                if parsed:
+                    calls = dict(enumerate(parsed))
+                else:
+                    yield (json.dumps({"model": name, "created_at": ol.now_rfc3339(),
+                                       "message": {"role": "assistant", "content": held},
+                                       "done": False}) + "\n").encode()
+            if calls:
+                msg = {"role": "assistant", "content": "",
+                       "tool_calls": ol.tool_calls_from_openai([calls[i] for i in sorted(calls)])}
+                yield (json.dumps({"model": name, "created_at": ol.now_rfc3339(), "message": msg,
+                                   "done": False}) + "\n").encode()
+            final = {"model": name, "created_at": ol.now_rfc3339(), "message": {"role": "assistant", "content": ""},
+                     "done": True, "done_reason": ol.done_reason(finish),
+                     **ol.timings(tm, time.monotonic() - t0, load_s)}
+            yield (json.dumps(final) + "\n").encode()
+        finally:
+            await done()
+
+    return proxy.Stream(ndjson(), done, media_type="application/x-ndjson", headers=headers)
+
+@router.post("/api/generate")
+async def api_generate(request: Request, manager: ManagerDep):
+    t0 = time.monotonic()
+    body = ol.require_object(await json_body(request))
+    name = ol.model_name(body)
+    ka = ol.keep_alive(body)
+    prompt = body.get("prompt")
+    if prompt is None or (prompt == "" and not body.get("context")):
+        return await load_or_unload(manager, name, ka, body, "generate")
+    if not isinstance(prompt, str):
+        raise RequestError(400, "prompt must be a string")
+    for f, why in (("template", "custom Go templates are not supported; the model's own chat template is used "
+                                "(or send raw: true with a formatted prompt)"),
+                   ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve"),
+                   ("images", "this model does not support images (no vision projector is loaded)")):
+        if body.get(f):
+            raise RequestError(400, f"{f}: {why}")
+    context = body.get("context") or []
+    if not isinstance(context, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
+        raise RequestError(400, "context must be the list of token ids a previous /api/generate returned")
+    raw = body.get("raw") is True
+    sampling, load = ol.options(body)
+    model = manager.find(name)
+    think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
+    # /completion gives the raw text, tags included: split it here (llama-server parses
+    # reasoning on its chat endpoint only)
+    splits = think.get("reasoning_format") == "deepseek"
+    stream = body.get("stream", True) is not False
+    stack = contextlib.AsyncExitStack()
+    r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
+                                                              load=load, keep_alive=ka))
+    headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
+    load_s = r.loaded_since(t0)
+    try:
+        if raw:
+            text = prompt
+        else:
+            msgs = ([{"role": "system", "content": body["system"]}] if isinstance(body.get("system"), str) else [])
+            msgs.append({"role": "user", "content": prompt})
+            kwargs = {k: v for k, v in think.items() if k == "chat_template_kwargs"}
+            text = (await proxy.call_ok(r, "/apply-template", {"messages": msgs, **kwargs}))["prompt"]
+        toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
+                                                     "parse_special": True}))["tokens"]
+        full = list(context) + list(toks)
+        payload: dict[str, Any] = {"prompt": full, "stream": stream, "return_tokens": True, "cache_prompt": True,
+                                   **sampling, **ol.logprob_fields(body, chat=False)}
+        if (schema := ol.format_schema(body.get("format"))) is not None:
+            payload["json_schema"] = schema
+        if not stream:
+            data = await proxy.until_disconnect(request, proxy.call_ok(r, "/completion", payload))
+            answer = data.get("content", "")
+            res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
+            if splits:
+                thinking, answer = ol.split_thinking(answer, text)
+                if thinking:
+                    res["thinking"] = thinking
+            res["response"] = answer
+            return await finish(res, data.get("stop_type"), data.get("timings"),
+                                ol.logprobs_from_native(data.get("completion_probabilities")), t0, load_s,
+                                stack, headers, context=full + list(data.get("tokens") or []))
+        resp = await proxy.open_stream(r, "/completion", payload=payload)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+    async def done() -> None:
+        r.streams.discard(resp)
+        resp.close()
+        await stack.aclose()
+
+    splitter = ol.ThinkSplitter(text) if splits else None
+
+    def piece(thinking: str, response: str, lp: list | None = None) -> bytes:
+        out: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339(), "response": response}
+        if thinking:
+            out["thinking"] = thinking
+        out["done"] = False
+        if lp is not None:
+            out["logprobs"] = lp
+        return (json.dumps(out) + "\n").encode()
+
+    async def ndjson() -> AsyncIterator[bytes]:
+        gen: list[int] = []
+        try:
+            try:
+                async for raw_line in resp.content:
+                    ev = proxy.sse_data(raw_line.decode("utf-8", errors="replace"))
+                    if ev is None:
+                        continue
+                    if "error" in ev:
+                        yield (json.dumps({"error": proxy.upstream_message(json.dumps(ev).encode())}) + "\n").encode()
+                        return
+                    gen += list(ev.get("tokens") or [])
+                    if ev.get("stop"):
+                        if splitter is not None and any(held := splitter.finish()):
+                            yield piece(*held)
+                        final = {"model": name, "created_at": ol.now_rfc3339(), "response": "", "done": True,
+                                 "done_reason": ol.done_reason(ev.get("stop_type")), "context": full + gen,
+                                 **ol.timings(ev.get("timings"), time.monotonic() - t0, load_s)}
+                        yield (json.dumps(final) + "\n").encode()
+                        return
+                    thinking, response = "", ev.get("content", "")
+                    if splitter is not None:
+                        thinking, response = splitter.feed(response)
+                    yield piece(thinking, response, ol.logprobs_from_native(ev.get("completion_probabilities")))
+            except aiohttp.ClientError:
+                yield (json.dumps({"error": proxy.gone_message(r)}) + "\n").encode()
+        finally:
+            await done()
+
+    return proxy.Stream(ndjson(), done, media_type="application/x-ndjson", headers=headers)
+
+async def embed_inputs(r: Runner, inputs: list[str], truncate: bool) -> tuple[list[list[int]], int]:
+    seqs, total = [], 0
+    for i, text in enumerate(inputs):
+        toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": True,
+                                                     "parse_special": False}))["tokens"]
+        if len(toks) > r.n_ctx:
+            if not truncate:
+                raise RequestError(400, f"input[{i}] has {len(toks)} tokens, more than the context length "
+                                        f"{r.n_ctx}; send truncate: true or a shorter input")
+            toks = toks[:r.n_ctx]
+        if not toks:
+            raise RequestError(400, f"input[{i}] is empty")
+        seqs.append(toks)
+        total += len(toks)
+    return seqs, total
+
+def _resize(v: list[float], dims: int | None) -> list[float]:
+    if not dims or dims >= len(v):
+        return v
+    v = v[:dims]
+    n = math.sqrt(sum(x * x for x in v)) or 1.0
+    return [x / n for x in v]
+
+@router.post("/api/embed")
+async def api_embed(request: Request, manager: ManagerDep):
+    t0 = time.monotonic()
+    body = ol.require_object(await json_body(request))
+    name = ol.model_name(body)
+    inp = body.get("input")
+    inputs = [inp] if isinstance(inp, str) else inp
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(s, str) for s in inputs):
+        raise RequestError(400, "input must be a string or a non-empty list of strings")
+    dims = body.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise RequestError(400, "dimensions must be a positive integer")
+    truncate = body.get("truncate", True) is not False
+    _, load = ol.options(body)
+    async with manager.use(name, "embed", num_ctx=load.pop("num_ctx", None), load=load,
+                           keep_alive=ol.keep_alive(body)) as (r, reloaded):
+        seqs, n = await embed_inputs(r, inputs, truncate)
+        data = await proxy.call_ok(r, "/v1/embeddings", {"input": seqs})
+        vecs = [_resize(d["embedding"], dims) for d in sorted(data["data"], key=lambda d: d["index"])]
+        return {"model": name, "embeddings": vecs, "total_duration": int((time.monotonic() - t0) * 1e9),
+                "load_duration": int(r.loaded_since(t0) * 1e9), "prompt_eval_count": n}
+
+@router.post("/api/embeddings")
+async def api_embeddings(request: Request, manager: ManagerDep):
+    body = ol.require_object(await json_body(request))
+    name = ol.model_name(body)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise RequestError(400, "prompt must be a string")
+    _, load = ol.options(body)
+    async with manager.use(name, "embed", num_ctx=load.pop("num_ctx", None), load=load,
+                           keep_alive=ol.keep_alive(body)) as (r, _):
+        if not prompt:
+            return {"embedding": []}
+        seqs, _n = await embed_inputs(r, [prompt], True)
+        data = await proxy.call_ok(r, "/v1/embeddings", {"input": seqs})
+        return {"embedding": data["data"][0]["embedding"]}

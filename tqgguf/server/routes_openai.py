@@ -1,0 +1,143 @@
+"""The OpenAI API of ``tqgguf serve``: ``POST /v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings`` passed through to the model's llama-server (:func:`~.proxy.forward`), and
+``GET /v1/models``, ``/v1/models/{id}``.
+
+The request body goes to llama-server unchanged and its answer (streamed or not, errors
+included) comes back unchanged, so tools, ``response_format``/json_schema, logprobs and
+``n`` behave as llama-server has them. The ``model`` field picks the model (absent: the one
+``serve`` was started with). One rewrite: ``/v1/completions`` logprobs, which llama-server
+gives in the chat shape, come back in OpenAI's legacy completions shape
+(:class:`LegacyLogprobs`).
+
+The pass-through routes are plain Starlette routes: FastAPI's endpoint layer (parameter
+analysis, dependency solving, response serialisation) does nothing for them but costs CPU
+on every request, and a burst of requests pays it one after another.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from . import proxy
+from .dependencies import ManagerDep, manager_of
+from .errors import json_body
+from .ollama import RequestError
+from .modelfile import ModelFile
+
+router = APIRouter()
+
+
+class LegacyLogprobs:
+    """llama-server's ``/v1/completions`` logprobs (the chat shape: ``{"content": [{"token",
+    "logprob", "bytes", "top_logprobs": [...]}, ...]}``) in the shape OpenAI documents for
+    legacy completions: ``{"tokens": [str], "token_logprobs": [float], "top_logprobs":
+    [{token: logprob}], "text_offset": [int]}``, so ``choice.logprobs.token_logprobs`` works in
+    the openai client. One object per request; streamed chunks are converted one by one,
+    the offsets running on per choice.
+
+    ``text_offset``: the character offset of each token in prompt + completion, as OpenAI's
+    legacy API and llama-cpp-python count it (the first completion token of a string prompt
+    sits at ``len(prompt)``; for a prompt given as token ids, the completion starts at 0).
+    A token that ends inside a UTF-8 character advances the offset only when the character
+    is complete.
+    """
+
+    def __init__(self, prompt: Any):
+        self.prompt = prompt
+        self.state: dict[int, tuple[int, Any]] = {}
+
+    def _base(self, index: int) -> int:
+        p = self.prompt
+        if isinstance(p, str):
+            return len(p)
+        if isinstance(p, list) and p and all(isinstance(x, str) for x in p):
+            return len(p[index]) if index < len(p) else 0
+        return 0
+
+    def convert(self, choice: dict) -> None:
+        """Rewrite ``choice["logprobs"]`` in place (left alone when it is not llama-server's shape)."""
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict) or not isinstance(lp.get("content"), list):
+            return
+        import codecs
+
+        index = choice.get("index", 0)
+        offset, decoder = self.state.get(index) or (self._base(index), codecs.getincrementaldecoder("utf-8")("ignore"))
+        out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for t in lp["content"]:
+            out["tokens"].append(t.get("token", ""))
+            out["token_logprobs"].append(t.get("logprob"))
+            out["top_logprobs"].append({x.get("token", ""): x.get("logprob") for x in t.get("top_logprobs") or []})
+            out["text_offset"].append(offset)
+            raw = t.get("bytes")
+            offset += len(decoder.decode(bytes(raw) if isinstance(raw, list) else t.get("token", "").encode()))
+        self.state[index] = (offset, decoder)
+        choice["logprobs"] = out
+
+    def body(self, data: bytes) -> bytes:
+        """A whole (non-streamed) answer converted; unchanged when it is not JSON with choices."""
+        try:
+            j = json.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(j, dict) or not isinstance(j.get("choices"), list):
+            return data
+        for ch in j["choices"]:
+            if isinstance(ch, dict):
+                self.convert(ch)
+        return json.dumps(j).encode()
+
+    def sse_line(self, line: bytes) -> bytes:
+        """One SSE line converted (``data: {...}`` with choices); any other line unchanged."""
+        if not line.startswith(b"data:"):
+            return line
+        payload = line[5:].strip()
+        if not payload.startswith(b"{"):
+            return line
+        converted = self.body(payload)
+        return line if converted is payload else b"data: " + converted + b"\n"
+
+
+async def _forward(request: Request, path: str, kind: str) -> Response:
+    raw = await request.body()
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    # legacy completions with logprobs: llama-server answers in the chat shape; convert it
+    legacy = (LegacyLogprobs(body.get("prompt")) if path == "/v1/completions" and body.get("logprobs") not in
+              (None, False) else None)
+    return await proxy.forward(request, manager_of(request), raw, body, path, kind, legacy)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _forward(request, "/v1/chat/completions", "chat")
+
+
+async def completions(request: Request) -> Response:
+    return await _forward(request, "/v1/completions", "chat")
+
+
+async def embeddings(request: Request) -> Response:
+    return await _forward(request, "/v1/embeddings", "embed")
+
+
+router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+router.add_route("/v1/completions", completions, methods=["POST"])
+router.add_route("/v1/embeddings", embeddings, methods=["POST"])
+
+
+def _openai_model(m: ModelFile) -> dict:
+    return {"id": m.name, "object": "model", "created": int(m.path.stat().st_mtime), "owned_by": "tqgguf"}
+
+
+@router.get("/v1/models")
+async def list_models(manager: ManagerDep):
+    return {"object": "list", "data": [_openai_model(m) for m in manager.models.values()]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, manager: ManagerDep):
+    return _openai_model(manager.find(model_id))
