@@ -70,20 +70,20 @@ build)
     grep -E "tqgguf|CUDA Toolkit|ccache" "$OUT/configure.log" || true
     cmake --build "$W/build" -j "$(nproc)" --target test-backend-ops llama-bench llama-batched-bench ${EXTRA_TARGETS:-} > "$OUT/build.log" 2>&1 \
         || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
-    nvcc -O2 -o "$BIN/copy-bandwidth" scripts/cuda/copy_bandwidth.cu >> "$OUT/build.log" 2>&1 || echo "copy-bandwidth not built"
+    nvcc -O2 -o "$BIN/copy-bandwidth" scripts/gpu/copy_bandwidth.cu >> "$OUT/build.log" 2>&1 || echo "copy-bandwidth not built"
     echo "built in $(( $(date +%s) - start )) s"; ls -la "$BIN" | grep -E "test-backend-ops|llama-bench|llama-batched-bench|copy-bandwidth"
     ;;
 check)
     built
     DECS=${DECS:-1 1:4 0}
     timeout 300 "$BIN/test-backend-ops" -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo -j 8 > "$OUT/tbo-rows.txt" 2>&1 || echo "SET_ROWS/GET_ROWS run: rc $?"
-    bash scripts/cuda/tbo_summary.sh "$OUT/tbo-rows.txt" | grep -E "SET_ROWS|GET_ROWS" | tee "$OUT/check-summary.txt"
+    bash scripts/gpu/tbo_summary.sh "$OUT/tbo-rows.txt" | grep -E "SET_ROWS|GET_ROWS" | tee "$OUT/check-summary.txt"
     for run in $DECS; do  # DEC or DEC:G (G: GGML_CUDA_TURBO_FA_GQA, forces the heads per block on small cases)
         dec=${run%%:*}; g=; [ "$run" != "$dec" ] && g=${run#*:}
         f="$OUT/tbo-fa-dec$dec${g:+-g$g}.txt"
         env GGML_CUDA_TURBO_FA_DEC=$dec ${g:+GGML_CUDA_TURBO_FA_GQA=$g} timeout 400 "$BIN/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p turbo -j 8 \
             > "$f" 2>&1 || echo "FA run DEC=$dec${g:+ GQA=$g}: rc $?"
-        printf 'DEC=%s%s ' "$dec" "${g:+ GQA=$g}"; bash scripts/cuda/tbo_summary.sh "$f" | grep FLASH_ATTN_EXT
+        printf 'DEC=%s%s ' "$dec" "${g:+ GQA=$g}"; bash scripts/gpu/tbo_summary.sh "$f" | grep FLASH_ATTN_EXT
         grep -E "FAIL" "$f" | head -20 || true
         tail -2 "$f"
     done | tee -a "$OUT/check-summary.txt"
