@@ -131,7 +131,7 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's default)"
     ngl = "auto" if config.n_gpu_layers is None else ("all" if config.n_gpu_layers < 0 else config.n_gpu_layers)
     lines.append(f"threads: {threads} (from {'flag -t' if config.n_threads else 'default'}); -ngl {ngl} "
-                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded else ""))
+                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded and runner.on_device else ""))
     if config.offload is not None and config.offload.rpc:
         lines.append(f"rpc workers: {config.offload.rpc} (from {src('rpc')}); -sm {config.offload.split_mode}")
     lines += [f"placement: {x}" for x in runner_placement(runner)]

@@ -228,6 +228,7 @@ class Runner:
         self.streams: set[aiohttp.ClientResponse] = set()  # streamed answers being relayed now
         self.load_lines: list[str] = []  # the child's load and KV lines (placement: tqgguf.devices.parse_placement)
         self.offloaded: int | None = None  # layers the child offloaded ("offloaded N/M layers to GPU")
+        self.on_device = False  # a KV buffer of the child is on a device other than the CPU
         self.worker_down = False  # the last start failed because an RPC worker could not be used
 
     @property
@@ -267,8 +268,8 @@ class Runner:
         if option == "num_thread":
             return self.load.n_threads or (self.child.n_threads if self.child else None)
         if option == "num_gpu":
-            if self.load.n_gpu_layers is None:  # auto: what the child reported
-                return self.offloaded or 0
+            if self.load.n_gpu_layers is None:  # auto: what the child reported, when a device holds any
+                return (self.offloaded or 0) if self.on_device else 0
             return _layers(self.load.n_gpu_layers, self.model.n_layer())
         if option == "use_mmap":
             return self.load.use_mmap
@@ -293,7 +294,9 @@ class Runner:
         if _PLACEMENT_LINE.search(line):
             self.load_lines.append(line)
             if m := re.search(r"offloaded (\d+)/(\d+) layers", line):
-                self.offloaded = int(m.group(1))
+                self.offloaded = int(m.group(1))  # llama.cpp says "to GPU" even with no GPU: see on_device
+            if m := re.search(r"(\S+) KV buffer size", line):
+                self.on_device = self.on_device or not m.group(1).startswith("CPU")
         # llama-server's lines carry a level letter after the timestamp: I, W, E
         parts = line.split(" ", 2)
         level = parts[1] if len(parts) > 2 and len(parts[1]) == 1 else "I"
@@ -315,7 +318,7 @@ class Runner:
             self.state, self.error = "failed", str(e)
             raise
         await self._check_workers()
-        self.load_lines, self.offloaded = [], None
+        self.load_lines, self.offloaded, self.on_device = [], None, False
         child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
