@@ -316,25 +316,29 @@ def llama_server_path(configured: Path | None = None) -> Path:
         if not Path(configured).is_file():
             raise FileNotFoundError(f"TQGGUF_LLAMA_SERVER={configured} does not exist")
         return Path(configured)
+    if (p := _built(SERVER_TARGET)) is not None:
+        return p
+    raise FileNotFoundError(f"no llama-server found (looked in {cache_dir() / 'build'}/tools-*/bin): run `tqgguf build` "
+                            "(it builds llama-server from the patched tree), or point TQGGUF_LLAMA_SERVER at one")
+
+
+def _built(target: str) -> Path | None:
+    """``target`` as ``tqgguf build`` put it in ``tools-<backend>/bin``: the installed engine's
+    backend first, then cuda, metal, cpu; None when no build has it."""
     installed = (installed_build_info() or {}).get("backend")
     order = ([installed] if installed else []) + [b for b in ("cuda", "metal", "cpu") if b != installed]
     for backend in order:
-        p = cache_dir() / "build" / f"tools-{backend}" / "bin" / SERVER_TARGET
+        p = cache_dir() / "build" / f"tools-{backend}" / "bin" / target
         if p.is_file():
             return p
-    raise FileNotFoundError(f"no llama-server found (looked in {cache_dir() / 'build'}/tools-*/bin): run `tqgguf build` "
-                            "(it builds llama-server from the patched tree), or point TQGGUF_LLAMA_SERVER at one")
+    return None
 
 
 def rpc_server_path() -> Path:
     """The ``ggml-rpc-server`` worker ``tqgguf build`` made from the patched tree (for the
     installed engine's backend first, then cuda, metal, cpu). Raises FileNotFoundError telling
     the user to run ``tqgguf build`` when there is none."""
-    installed = (installed_build_info() or {}).get("backend")
-    order = ([installed] if installed else []) + [b for b in ("cuda", "metal", "cpu") if b != installed]
-    for backend in order:
-        p = cache_dir() / "build" / f"tools-{backend}" / "bin" / RPC_SERVER_TARGET
-        if p.is_file():
-            return p
+    if (p := _built(RPC_SERVER_TARGET)) is not None:
+        return p
     raise FileNotFoundError(f"no {RPC_SERVER_TARGET} found (looked in {cache_dir() / 'build'}/tools-*/bin): run "
                             "`tqgguf build` (it builds the RPC worker from the patched tree)")
