@@ -673,7 +673,7 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
         lines = engine.placement_lines()
         if lines != shown_placement:  # where the layers and their K/V cache live, when it changes
             shown_placement[:] = lines
-            for ln in lines:
+            for ln in lines if log else ():
                 log(f"placement ({cfg[0]}/{cfg[1]}; K/V MiB of the 256-cell load context, each test has its own): {ln}")
         return engine
 

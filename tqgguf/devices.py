@@ -63,6 +63,27 @@ PROBE_ROW = 512
 WORKER_TIMEOUT_S = 5.0
 
 
+class DeviceError(ValueError):
+    """``-dev``, ``-mg``, ``-ts`` or ``--rpc`` values that do not fit the devices there are (a usage error)."""
+
+
+def check_distinct(endpoints: Iterable[Endpoint]) -> None:
+    """Refuse one worker given under two names (``127.0.0.1:50071,localhost:50071``): llama.cpp
+    would open two connections to it, and a worker serves one client at a time, so the second
+    would wait forever. Names are resolved (getaddrinfo); one that does not resolve is left to
+    :func:`probe_worker`. Raises DeviceError naming both."""
+    seen: dict[tuple, Endpoint] = {}
+    for ep in endpoints:
+        try:
+            addrs = {(a[4][0], a[4][1]) for a in socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)}
+        except OSError:
+            continue
+        for a in addrs:
+            if a in seen and seen[a] != ep:
+                raise DeviceError(f"--rpc {seen[a]} and {ep} are the same worker ({a[0]}:{a[1]}); give each worker once")
+            seen[a] = ep
+
+
 class WorkerError(EngineError):
     """An RPC worker that cannot be used; the message names it and says why and what to do."""
 
@@ -255,6 +276,7 @@ def use_workers(endpoints: Iterable[Endpoint] | str | None, timeout: float = WOR
     if not endpoints:
         return []
     eps = parse_endpoints(endpoints) if isinstance(endpoints, str) else tuple(endpoints)
+    check_distinct(eps)
     ensure_engine()
     # a registered worker is held by this process's connection (a worker serves one client at a
     # time), so it is not probed again
@@ -282,8 +304,6 @@ def use_workers(endpoints: Iterable[Endpoint] | str | None, timeout: float = WOR
     return infos
 
 
-class DeviceError(ValueError):
-    """``-dev``, ``-mg`` or ``-ts`` that do not fit the devices there are (a usage error)."""
 
 
 def device_array(names: str | None, devices: list[Device] | None = None):
@@ -313,9 +333,10 @@ def check_split(*, split_mode: str, tensor_split, main_gpu: int, n_devices: int)
     or silently uses device 0."""
     if tensor_split is not None and len(tensor_split) != n_devices:
         raise DeviceError(f"-ts {','.join(f'{x:g}' for x in tensor_split)} gives {len(tensor_split)} proportion(s) "
-                          f"for {n_devices} device(s); give one per device (`tqgguf info` lists them)")
-    if split_mode in ("none", "row") and n_devices and main_gpu >= n_devices:
-        raise DeviceError(f"-mg {main_gpu} is past the {n_devices} device(s) (allowed: 0 to {n_devices - 1})")
+                          f"for {n_devices} device(s); give one per device (`tqgguf info [--rpc ...]` lists them)")
+    if main_gpu and main_gpu >= max(n_devices, 1):
+        allowed = f"0 to {n_devices - 1}" if n_devices else "0: there is no offload device"
+        raise DeviceError(f"-mg {main_gpu} is past the {n_devices} device(s) (allowed: {allowed})")
 
 
 def check_tensor_split(split_mode: str, kv_types: Iterable[str], rpc: bool) -> None:
@@ -325,13 +346,16 @@ def check_tensor_split(split_mode: str, kv_types: Iterable[str], rpc: bool) -> N
     with them: over two workers turbo4/turbo4 measured PPL 23.9975 against 23.9464 unsplit,
     SmolLM2-135M, c=128, 2 chunks) and over RPC workers at all (f16/f16 through two CPU
     workers gave NaN PPL). ``-sm layer`` and ``row`` have neither problem."""
+    if split_mode == "row" and rpc:
+        raise DeviceError("-sm row cannot use RPC workers (llama.cpp: \"device RPC0 does not support split "
+                          "buffers\"); use -sm layer with --rpc")
     if split_mode != "tensor":
         return
     turbo = sorted({t for t in kv_types if t in TURBO_TYPES})
     if turbo:
         raise DeviceError(f"-sm tensor cannot split a {'/'.join(turbo)} KV cache (the meta backend's per-head split "
                           "does not carry the turbo rotation and codec: its PPL differs from the unsplit model's); "
-                          "use -sm layer (layer ranges and their caches per device) or -sm row")
+                          "use -sm layer (layer ranges and their caches per device)" + ("" if rpc else " or -sm row"))
     if rpc:
         raise DeviceError("-sm tensor over RPC workers gives NaN logits with this llama.cpp (f16/f16 through two "
                           "workers); use -sm layer with --rpc")
@@ -434,7 +458,8 @@ def fit_layers(model_path: str | os.PathLike, kv_bytes_per_layer: int, devices: 
     need = out + sum(per) + kv_bytes_per_layer * len(per)
     names = ", ".join(d.name for d in devices)
     if need <= room:
-        return len(per) + 1, f"all {len(per)} layers and the output fit {names} ({need >> 20} of {room >> 20} MiB free)"
+        return len(per) + 1, (f"all {len(per)} layers and the output fit {names} (weights and KV cache {need >> 20} MiB; "
+                              f"{room >> 20} MiB free after a {margin >> 20} MiB margin each)")
     n, used = 0, 0
     for b in reversed(per):
         if used + b + kv_bytes_per_layer > room:
@@ -500,21 +525,26 @@ def parse_placement(log: str, n_layer: int, k_row_bytes: list[int], v_row_bytes:
     Returns one entry per device holding anything, in layer order.
     """
     descriptions = descriptions or {}
+
+    def device_of(buffer: str) -> str:  # a buffer name as the device's name (RPC buffers: by address)
+        for name in descriptions:
+            if _buffer_of(buffer, name, descriptions) and (name.startswith("RPC") or "[" not in buffer):
+                return name
+        return "CPU" if buffer.startswith("CPU") else buffer
+
     assigned: dict[int, str] = {}
     for m in _ASSIGNED.finditer(log):
         assigned[int(m.group(1))] = m.group(2)
     # the last load wins: keep only the final block of lines of each kind
     model = {m.group(1): float(m.group(2)) for m in _MODEL_BUF.finditer(log)}
     kv = {m.group(1): float(m.group(2)) for m in _KV_BUF.finditer(log)}
-    off = _OFFLOADED.findall(log)
-    out_on_gpu = bool(off) and off[-1][0] == off[-1][1]
     if len(assigned) < n_layer and kv and cells:
         per_layer = [(k + v) * cells for k, v in zip(k_row_bytes, v_row_bytes)]
         il = 0
-        for dev, mib in kv.items():
+        for buf, mib in kv.items():
             have = mib * (1 << 20)
             while il < n_layer and have > per_layer[il] / 2:
-                assigned[il] = dev
+                assigned[il] = device_of(buf)
                 have -= per_layer[il]
                 il += 1
     by: dict[str, DevicePlacement] = {}
@@ -524,15 +554,22 @@ def parse_placement(log: str, n_layer: int, k_row_bytes: list[int], v_row_bytes:
         p.layers.append((il, il))
         p.k_mib += cells * k_row_bytes[il] / (1 << 20)
         p.v_mib += cells * v_row_bytes[il] / (1 << 20)
+    for buf, mib in model.items():  # a device with weights but no layer (the CPU's token embeddings, an output)
+        by.setdefault(device_of(buf), DevicePlacement(device_of(buf)))
+    # the output layer: on a device when llama.cpp says it offloaded it, else on the CPU
+    out_dev = "CPU"
+    if "offloading output layer to GPU" in log or any(a == b for a, b in _OFFLOADED.findall(log)[-1:]):
+        top = assigned.get(n_layer - 1, "CPU")
+        with_weights = [device_of(b) for b in model if device_of(b) != "CPU"]
+        out_dev = top if top != "CPU" else (with_weights[-1] if with_weights else "CPU")
+    if by:
+        by.setdefault(out_dev, DevicePlacement(out_dev)).output = True
     for p in by.values():
         p.layers = _ranges([a for a, _ in p.layers])
-        p.model_mib = sum(v for k, v in model.items() if _buffer_of(k, p.device, descriptions))
+        p.model_mib = sum(v for k, v in model.items() if device_of(k) == p.device)
         if p.device in descriptions and p.device.startswith("RPC"):
             p.device = f"{p.device} ({descriptions[p.device]})"
-    if by:
-        last = assigned.get(n_layer - 1, "CPU") if out_on_gpu else "CPU"
-        by.setdefault(last, DevicePlacement(last)).output = True
-    return sorted(by.values(), key=lambda p: p.layers[0][0] if p.layers else n_layer)
+    return sorted(by.values(), key=lambda p: (p.layers[0][0] if p.layers else -1 if p.device == "CPU" else n_layer))
 
 
 def placement_lines(placement: list[DevicePlacement]) -> list[str]:
@@ -540,10 +577,11 @@ def placement_lines(placement: list[DevicePlacement]) -> list[str]:
     V 64.00 MiB``."""
     lines = []
     for p in placement:
-        rng = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in p.layers) or "no layers"
+        rng = "layers " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in p.layers) if p.layers else \
+            ("no layers (token embeddings)" if p.device == "CPU" and not p.output else "no layers")
         extra = " + output" if p.output else ""
         model = f", model {p.model_mib:.1f} MiB" if p.model_mib else ""
-        lines.append(f"{p.device}: layers {rng}{extra}{model}, K {p.k_mib:.2f} MiB, V {p.v_mib:.2f} MiB")
+        lines.append(f"{p.device}: {rng}{extra}{model}, K {p.k_mib:.2f} MiB, V {p.v_mib:.2f} MiB")
     return lines
 
 
@@ -597,11 +635,10 @@ class Offload:
                 [next(d for d in offload if d.name.lower() == n.lower()) for n in self.device.split(",")]
         else:
             chosen = offload
-        if self.split_mode == "none" and chosen and not self.cpu_only:
-            check_split(split_mode="none", tensor_split=None, main_gpu=self.main_gpu, n_devices=len(chosen))
-            chosen = [chosen[self.main_gpu]]
         check_split(split_mode=self.split_mode, tensor_split=self.tensor_split, main_gpu=self.main_gpu,
-                    n_devices=len(chosen) if self.split_mode != "none" else len(chosen) or 1)
+                    n_devices=len(chosen))
+        if self.split_mode == "none" and chosen:
+            chosen = [chosen[self.main_gpu]]
         ngl = str(self.n_gpu_layers)
         if ngl not in ("auto", "0") and not chosen:
             n = -1 if ngl == "all" else int(ngl)

@@ -89,9 +89,21 @@ def turbo_fa_pairs(system_info: str) -> list[str]:
 
 @click.command(name="info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def command(as_json):
-    """Show the installed engine: pin, fingerprint, backends, KV cache types."""
+@click.option("--rpc", "rpc", metavar="HOST:PORT[,...]", default=None,
+              help="Also list these RPC workers' devices (RPC0, RPC1, ...: the names -dev takes).")
+def command(as_json, rpc):
+    """Show the installed engine: pin, fingerprint, backends, devices, KV cache types."""
     try:
+        if rpc:
+            from ..config import parse_endpoints
+            from ..devices import DeviceError, WorkerError, use_workers
+
+            try:
+                use_workers(parse_endpoints(rpc))
+            except (ValueError, DeviceError) as e:
+                raise click.UsageError(str(e)) from None
+            except WorkerError as e:
+                raise click.ClickException(str(e)) from None
         info = engine_info()
     except EngineNotBuiltError as e:
         raise click.ClickException(str(e)) from e

@@ -46,6 +46,9 @@ def command(host, port, device, threads, use_cache, allow_remote):
     `tqgguf ppl|bench|serve ... --rpc HOST:PORT`. One worker serves one client at a time."""
     from ..builder.driver import rpc_server_path
 
+    if ":" in host:
+        raise click.UsageError(f"--host {host}: llama.cpp's RPC worker binds IPv4 addresses only; give an IPv4 "
+                               "address (127.0.0.1, or this machine's address with --allow-remote)")
     if not _loopback(host) and not allow_remote:
         raise click.UsageError(
             f"--host {host} would expose the worker beyond this machine; the RPC protocol has no authentication "

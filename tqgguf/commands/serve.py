@@ -94,13 +94,39 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.UsageError(str(e)) from None
     if offload.rpc:  # every worker reachable and turbo-capable before anything starts (the child would abort)
         from ..config import parse_endpoints
-        from ..devices import WorkerError, probe_worker
+        from ..devices import WorkerError, check_distinct, probe_worker
 
         try:
-            for ep in parse_endpoints(offload.rpc):
-                probe_worker(ep)
+            check_distinct(parse_endpoints(offload.rpc))
+            infos = [probe_worker(ep) for ep in parse_endpoints(offload.rpc)]
+        except DeviceError as e:
+            raise click.UsageError(str(e)) from None
         except WorkerError as e:
             raise click.ClickException(str(e)) from None
+    else:
+        infos = []
+    # the devices llama-server will see: this engine's GPUs, then each worker's (RPC0, RPC1, ...)
+    # — -dev, -ts and -mg are checked against them here, as ppl and bench check theirs
+    if offload.device or offload.tensor_split or offload.main_gpu:
+        from ..cachetypes import EngineNotBuiltError
+        from ..devices import check_split, offload_devices
+
+        try:
+            local = [d.name for d in offload_devices()]
+        except EngineNotBuiltError:
+            local = []
+        names = local + [f"RPC{i}" for i in range(sum(len(w.memory) for w in infos))]
+        chosen = names if offload.device is None else \
+            ([] if offload.device.lower() == "none" else offload.device.split(","))
+        unknown = [n for n in chosen if n not in names]
+        try:
+            if unknown:
+                raise DeviceError(f"-dev {offload.device}: no offload device {unknown[0]!r}; devices: "
+                                  f"{', '.join(names) or 'none (CPU only)'}")
+            check_split(split_mode=offload.split_mode, tensor_split=offload.tensor_split, main_gpu=offload.main_gpu,
+                        n_devices=len(chosen))
+        except DeviceError as e:
+            raise click.UsageError(str(e)) from None
     from ..models import ModelError, resolve_model
     from ..server import ServeConfig, serve
     from ..server.child import ChildError

@@ -91,6 +91,7 @@ def runner_placement(runner: Runner) -> list[str]:
     """Where the runner's llama-server put the layers and their K and V cache, one line per
     device (tqgguf.devices.parse_placement over its load log); [] when it cannot be told."""
     from ..cachetypes import type_info
+    from ..config import parse_endpoints
     from ..devices import parse_placement, placement_lines
     from ..kvplan import build_plan, model_layers
 
@@ -104,7 +105,10 @@ def runner_placement(runner: Runner) -> list[str]:
     except Exception:  # noqa: BLE001 - a placement we cannot compute is left out, never fatal
         return []
     cells = runner.n_ctx * s.num_parallel
-    return placement_lines(parse_placement("\n".join(runner.load_lines), layers.n_layer, k, v, cells))
+    off = runner.config.offload
+    # one device per worker, in --rpc order: RPC0, RPC1, ... (llama.cpp's names for them)
+    names = {f"RPC{i}": str(ep) for i, ep in enumerate(parse_endpoints(off.rpc))} if off is not None and off.rpc else {}
+    return placement_lines(parse_placement("\n".join(runner.load_lines), layers.n_layer, k, v, cells, names))
 
 
 def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> list[str]:
