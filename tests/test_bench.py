@@ -131,7 +131,8 @@ def test_the_three_output_formats_have_llama_bench_s_shape(run):
     assert md.exit_code == 0, md.output
     lines = [ln for ln in md.stdout.splitlines() if ln.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert head == ["model", "size", "params", "backend", "threads", "type_k", "type_v", "fa", "test", "t/s"]
+    assert head == ["model", "size", "params", "backend", "threads", "type_k", "type_v", "fa", "test", "t/s",
+                    "KV MB/tok", "W MB/tok", "% BW meas"]
     assert len(lines) == 2 + 8
     cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
     assert [c[8] for c in cells[:4]] == ["pp16", "tg4", "pp16 @ d32", "tg4 @ d32"]
@@ -140,7 +141,7 @@ def test_the_three_output_formats_have_llama_bench_s_shape(run):
 
     out = CliRunner().invoke(cli, args + ["-o", "csv"])
     table = list(csv.DictReader(io.StringIO(out.stdout)))
-    assert list(table[0]) == B.CSV_TEST_FIELDS and len(table) == 8
+    assert list(table[0]) == B.CSV_TEST_FIELDS + B.CSV_ROOFLINE_FIELDS and len(table) == 8
     assert [float(t["avg_ts"]) for t in table] == [r["avg_ts"] for r in rows]
     assert [(t["n_prompt"], t["n_gen"], t["n_depth"]) for t in table[:2]] == [(str(P), "0", "0"), ("0", str(N), "0")]
 
@@ -447,3 +448,111 @@ def test_flags_that_only_pp_tg_tests_use_are_named_when_none_run(smollm2, tmp_pa
     assert "warning: -d, -r apply to the pp/tg tests" in res.stderr
     quiet = CliRunner().invoke(cli, args)
     assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+
+
+# -- the roofline columns -----------------------------------------------------------------
+
+#: SmolLM2-135M: 30 layers, 3 KV heads of 64 (its GGUF header)
+SMOL = dict(n_layer=30, n_head_kv=3, head=64)
+
+
+def _hand_row_bytes(t: str, n: int) -> int:
+    """ggml_row_size by hand: f16 2 bytes a value; q8_0 34 bytes / 32 values; turbo4 34 / 64."""
+    return {"f16": 2 * n, "q8_0": 34 * n // 32, "turbo4": 34 * n // 64}[t]
+
+
+@pytest.mark.parametrize("k,v,per_cell", [("f16", "f16", 30 * (384 + 384)),      # 23040, kvplan's docstring
+                                          ("turbo4", "turbo4", 30 * (102 + 102)),  # 3 x 64-value blocks of 34 B
+                                          ("f16", "turbo4", 30 * (384 + 102))])
+def test_kv_bytes_read_per_token_at_depth_512_match_a_hand_count_for_smollm2(k, v, per_cell):
+    from tqgguf.kvplan import ModelLayers
+    from tqgguf.runtime import KVCacheInfo
+
+    layers = ModelLayers("llama", 30, False, 0, 64, 64, 3)
+    b = B.kv_bytes_per_cell(KVCacheInfo(False, 1024, 30, k, v), layers, _hand_row_bytes)
+    assert b == per_cell
+    # tg1 @ d512 reads the 512 cells of the depth and its own: 513; tg4 @ d512: 513..516, mean 514.5
+    assert B.kv_read_bytes([(b, False)], 512, 1) == per_cell * 513
+    assert B.kv_read_bytes([(b, False)], 512, 4) == per_cell * 514.5
+    # a sliding-window cache of 256 cells reads 256 of them at that depth; pp rows read none here
+    assert B.kv_read_bytes([(b, True)], 512, 4, n_swa=256) == per_cell * 256
+    assert B.kv_read_bytes([(b, False)], 512, 0) == 0
+
+
+def test_the_engine_s_plan_line_gives_a_cache_s_bytes_per_cell():
+    from tqgguf.kvplan import ModelLayers
+    from tqgguf.runtime import parse_kv_report
+
+    log = ("llama_kv_cache_iswa: creating non-SWA KV cache, size = 4096 cells\n"
+           "llama_kv_cache: size =   12.00 MiB (  4096 cells,   3 layers,  1/1 seqs), K (f16):    6.00 MiB, "
+           "V (f16):    6.00 MiB\n"
+           "llama_kv_cache_iswa: creating     SWA KV cache, size = 1024 cells\n"
+           "llama_kv_cache: size =   15.00 MiB (  1024 cells,  15 layers,  1/1 seqs), K (mixed):    7.50 MiB, "
+           "V (turbo4):    7.50 MiB\n"
+           "llama_kv_plan_log: kv_plan = 0-1:q8_0/q8_0: layers 0-1 q8_0/q8_0, 2-14 turbo4/turbo4 (15 layers); "
+           "4321 bytes per token, 5.000 bits/value\n")
+    full, window = parse_kv_report(log).caches
+    assert (full.swa, full.cells, full.n_layers, full.plan_bytes_per_token) == (False, 4096, 3, None)
+    assert (window.swa, window.n_layers, window.plan_bytes_per_token) == (True, 15, 4321)
+    layers = ModelLayers("gemma3", 18, True, 0, 256, 256, 1)
+    assert B.kv_bytes_per_cell(full, layers, _hand_row_bytes) == 3 * 2 * 512
+    assert B.kv_bytes_per_cell(window, layers, _hand_row_bytes) == 4321
+
+
+def test_weight_bytes_per_token_leave_out_the_gathered_embeddings_unless_they_are_the_output():
+    untied = {"token_embd.weight": 1000, "output.weight": 1000, "blk.0.attn_q.weight": 10}
+    assert B.weight_read_bytes(untied) == 1010
+    tied = {"token_embd.weight": 1000, "blk.0.attn_q.weight": 10}
+    assert B.weight_read_bytes(tied) == 1010  # the embedding matrix is the output layer, read whole
+
+
+@pytest.mark.parametrize("ngl,where", [(0, "cpu"), (-1, "gpu"), (31, "gpu"), (99, "gpu"), (30, None), (5, None)])
+def test_the_bandwidth_fraction_needs_every_weight_on_one_device(ngl, where, tmp_path):
+    spec = B.BenchSpec(model=tmp_path / "m.gguf", tests=[], configs=[], n_gpu_layers=ngl)
+    assert B.weights_on(spec, 30) == where
+
+
+@pytest.mark.engine
+def test_tg_rows_carry_the_bytes_read_and_the_fraction_of_the_measured_bandwidth(run):
+    from tqgguf.kvplan import tensor_bytes
+
+    spec, rows, _ = run
+    tg = [r for r in rows if r["n_gen"]]
+    assert all("kv_read_bytes" not in r for r in rows if r["n_prompt"])
+    by = {(r["type_v"], r["n_depth"]): r for r in tg}
+    # f16/f16: 23040 bytes a cell; tg4 @ d32 reads 33..36 cells, mean 34.5; V q8_0: 384 + 204 bytes a layer
+    assert by[("f16", 32)]["kv_read_bytes"] == 23040 * 34.5
+    assert by[("q8_0", 0)]["kv_read_bytes"] == 30 * (384 + 204) * 2.5
+    # SmolLM2's embeddings are its output layer: every byte of the file is read per token
+    assert tg[0]["weight_read_bytes"] == tg[0]["model_size"] == sum(tensor_bytes(spec.model, _sizes()).values())
+    bw = json.loads((spec.out_dir / B.BANDWIDTH_FILE).read_text())["cpu, 1 threads"]
+    assert 1e8 < bw["bytes_per_s"] < 1e13
+    for r in tg:
+        assert r["bandwidth_source"] == "measured" and r["bandwidth_bytes_per_s"] == bw["bytes_per_s"]
+        assert r["bandwidth_fraction"] == pytest.approx((r["kv_read_bytes"] + r["weight_read_bytes"]) * r["avg_ts"]
+                                                        / bw["bytes_per_s"])
+    cells = B.markdown(rows).splitlines()
+    assert cells[0].rstrip().endswith("| KV MB/tok |  W MB/tok |  % BW meas |")
+    assert cells[2].rstrip().endswith("|         - |         - |          - |")  # pp16
+    last = [c.strip() for c in cells[3].strip("| ").split("|")][-3:]  # tg4: KV, W, % BW
+    assert last == [f"{tg[0]['kv_read_bytes'] / 1e6:.2f}", f"{tg[0]['weight_read_bytes'] / 1e6:.1f}",
+                    f"{100 * tg[0]['bandwidth_fraction']:.1f}"]
+
+
+def _sizes():
+    from tqgguf.cachetypes import all_types
+
+    return {t.id: (t.block_size, t.type_size) for t in all_types().values()}
+
+
+@pytest.mark.engine
+def test_a_given_bandwidth_is_used_and_named_in_the_header(smollm2, tmp_path):
+    args = ["bench", str(smollm2), "-p", "0", "-n", "1", "-r", "1", "-t", "1", "--dir", str(tmp_path), "--no-plot",
+            "--bandwidth", "2.5"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    assert lines[0].rstrip().endswith("| % BW given |")
+    row = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+    assert row["bandwidth_source"] == "given" and row["bandwidth_bytes_per_s"] == 2.5e9
+    assert not (tmp_path / B.BANDWIDTH_FILE).exists()  # nothing measured

@@ -180,6 +180,7 @@ class BenchSpec:
     beyond_train: bool = False  # allow depth + tokens > n_ctx_train (speed only; llama-bench never checks)
     k_center: str = "off"  # the --k-center setting (tqgguf.kcenter), resolved per configuration by open_model
     rotation: bool = True  # the Hadamard rotation of K/V (--rot/--no-rot)
+    bandwidth: float | None = None  # --bandwidth: the device's bandwidth in bytes/s, instead of measuring it
 
     @property
     def results(self) -> Path:
@@ -385,6 +386,113 @@ def _append(path: Path, row: dict) -> None:
         f.flush()
 
 
+# ---------------------------------------------------------------- the roofline
+
+def kv_bytes_per_cell(cache, layers, row_bytes) -> int:
+    """Bytes one cell (token) takes in the layers of one KV cache (tqgguf.runtime.KVCacheInfo):
+    the engine's plan line for it when a layer plan applies, else n_layers x (a K row of
+    n_head_kv x head_k values + a V row of n_head_kv x head_v values of its types);
+    ``layers`` is tqgguf.kvplan.ModelLayers, ``row_bytes(type, n) -> bytes`` ggml_row_size."""
+    if cache.plan_bytes_per_token is not None:
+        return cache.plan_bytes_per_token
+    return cache.n_layers * (row_bytes(cache.k_type, layers.n_head_kv * layers.head_k)
+                             + row_bytes(cache.v_type, layers.n_head_kv * layers.head_v))
+
+
+def kv_read_bytes(per_cell: list[tuple[int, bool]], n_depth: int, n_gen: int, n_swa: int = 0) -> float:
+    """KV bytes attention reads per generated token of a ``tgN @ dD`` test, averaged over its
+    N tokens: the token at position p (D <= p < D + N) reads the p + 1 cells in use (itself
+    included) of every full-attention cache and min(p + 1, n_swa) of a sliding-window one;
+    ``per_cell``: (bytes per cell of the cache's layers, is a window cache) per cache. The
+    cells that hold a token, not the padded range llama.cpp's kernels may step over
+    (n_kv rounded up to 256): the bytes a decode cannot avoid reading."""
+    if n_gen < 1:
+        return 0.0
+    total = 0
+    for p in range(n_depth, n_depth + n_gen):
+        total += sum(b * (min(p + 1, n_swa) if swa and n_swa else p + 1) for b, swa in per_cell)
+    return total / n_gen
+
+
+def weight_read_bytes(tensors: dict[str, int]) -> int:
+    """Weight bytes one decoded token reads: every tensor of the model file
+    (tqgguf.kvplan.tensor_bytes) but the token embeddings, of which a token gathers one row
+    — unless there is no ``output.weight``: then llama.cpp's output layer is the embedding
+    matrix (tied embeddings, e.g. SmolLM2, Llama-3.2-1B, Gemma-3), read whole for the logits."""
+    embd = tensors.get("token_embd.weight", 0)
+    return sum(tensors.values()) - (embd if "output.weight" in tensors else 0)
+
+
+def weights_on(spec: BenchSpec, n_layer: int) -> str | None:
+    """Where a decode reads the weights: "cpu" (-ngl 0), "gpu" (-ngl -1 or at least the
+    n_layer repeating layers + the output layer), None when they are split (no one device's
+    bandwidth bounds the decode)."""
+    ngl = spec.n_gpu_layers
+    if ngl == 0:
+        return "cpu"
+    return "gpu" if ngl < 0 or ngl >= n_layer + 1 else None
+
+
+#: where :func:`device_bandwidth` keeps the figures it measured, in the results directory
+BANDWIDTH_FILE = "bandwidth.json"
+
+
+def device_bandwidth(spec: BenchSpec, device: str, n_threads: int, log: Callable[[str], None] | None = None
+                     ) -> tuple[float, str]:
+    """The bandwidth (bytes/s) the roofline column divides by, and its source for the column
+    header: ``spec.bandwidth`` ("given"), else the copy bandwidth tqgguf.engine.copy_bandwidth
+    measures through the engine's ggml backend on ``device`` ("gpu": the first GPU, 1 GiB;
+    "cpu": ``n_threads`` threads, 256 MiB) — measured once per device (and thread count) and
+    kept in ``<out_dir>/bandwidth.json``, so every run in a directory divides by the same
+    figure. Raises EngineError when it cannot be measured."""
+    if spec.bandwidth:
+        return spec.bandwidth, "given"
+    from .engine import copy_bandwidth
+
+    path = spec.out_dir / BANDWIDTH_FILE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    key = "gpu" if device == "gpu" else f"cpu, {n_threads} threads"
+    if not isinstance(known, dict) or not isinstance(known.get(key), dict):
+        known = known if isinstance(known, dict) else {}
+        nbytes = 1 << 30 if device == "gpu" else 256 << 20
+        bps, desc = copy_bandwidth(gpu=device == "gpu", n_threads=n_threads, nbytes=nbytes)
+        known[key] = {"bytes_per_s": bps, "device": desc, "method": f"ggml GGML_OP_CPY of 2 x {nbytes >> 20} MiB "
+                      "f32, fastest of 10, bytes read + written", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known, indent=1) + "\n")
+        if log:
+            log(f"copy bandwidth of {desc} ({key}): {bps / 1e9:.1f} GB/s, kept in {path}")
+    return float(known[key]["bytes_per_s"]), "measured"
+
+
+def roofline_fields(spec: BenchSpec, t: Test, report, model_facts: dict, avg_ts: float,
+                    bandwidth: Callable[[str], tuple[float, str] | None] | None) -> dict:
+    """The roofline fields of a tg row (none for a pp row): kv_read_bytes and
+    weight_read_bytes per token; with the weights on one device, also bandwidth_bytes_per_s,
+    bandwidth_source (measured | given) and bandwidth_fraction = (KV + weight bytes per token)
+    x t/s / bandwidth. ``model_facts``: {"layers": ModelLayers, "tensors": tensor bytes,
+    "n_swa": the window}; ``bandwidth(device)`` gives (bytes/s, source), or None when it could
+    not be measured (then no fraction)."""
+    if not t.n_gen:
+        return {}
+    from .cachetypes import type_info
+
+    layers = model_facts["layers"]
+    per_cell = [(kv_bytes_per_cell(c, layers, lambda ty, n: type_info(ty).row_bytes(n)), c.swa) for c in report.caches]
+    kv = kv_read_bytes(per_cell, t.n_depth, t.n_gen, model_facts["n_swa"])
+    w = weight_read_bytes(model_facts["tensors"])
+    out = {"kv_read_bytes": kv, "weight_read_bytes": w}
+    device = weights_on(spec, layers.n_layer)
+    measured = bandwidth(device) if device and bandwidth else None
+    if measured:
+        bps, source = measured
+        out |= {"bandwidth_bytes_per_s": bps, "bandwidth_source": source, "bandwidth_fraction": (kv + w) * avg_ts / bps}
+    return out
+
+
 # ---------------------------------------------------------------- the engine loops
 
 class _Decoder:
@@ -448,15 +556,13 @@ class _Decoder:
 def _model_facts(engine) -> dict:
     import llama_cpp
 
-    from .engine import backend_names
+    from .engine import bench_backend
 
     m = engine.llama.model
     buf = ctypes.create_string_buffer(256)
     llama_cpp.llama_model_desc(m, buf, ctypes.sizeof(buf))
-    others = [b for b in backend_names() if b != "CPU"]
     facts = {"model_type": buf.value.decode(), "model_size": int(llama_cpp.llama_model_size(m)),
-             "model_n_params": int(llama_cpp.llama_model_n_params(m)),
-             "backends": ",".join(others) if others else "CPU"}
+             "model_n_params": int(llama_cpp.llama_model_n_params(m)), "backends": bench_backend()}
     n = llama_cpp.llama_model_meta_val_str(m, SPEED_ONLY_KEY.encode(), buf, ctypes.sizeof(buf))
     if n >= 0 and buf.value.decode().lower() == "true":  # a tqgguf.shapes file: random weights
         facts["speed_only"] = True
@@ -484,7 +590,8 @@ class _DepthState:
     buf: object = None
 
 
-def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState, seed: int) -> dict:
+def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState, seed: int,
+              roofline: tuple[dict, Callable[[str], tuple[float, str]]] | None = None) -> dict:
     import llama_cpp
 
     from .engine import cpu_threadpool
@@ -533,7 +640,8 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
             "avg_ns": int(avg_ns), "stddev_ns": int(sd_ns), "avg_ts": avg_ts, "stddev_ts": sd_ts,
             "samples_ns": samples_ns, "samples_ts": ts, "n_decoded": decoded, "n_kv_after": kv_after,
             "k_mib": report.k_mib, "v_mib": report.v_mib, "warmup": spec.warmup, "reps": spec.reps,
-            **_plan_fields(t.plan, engine)}
+            **_plan_fields(t.plan, engine),
+            **(roofline_fields(spec, t, report, roofline[0], avg_ts, roofline[1]) if roofline else {})}
 
 
 class _SeqBatch:
@@ -690,6 +798,32 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
                 "devices": ",".join(devices) or "CPU", "split_mode": spec.offload.split_mode if spec.offload else "layer",
                 "offload": str(where_key(spec))}
 
+    roof: dict = {}
+
+    def bandwidth(device: str) -> tuple[float, str] | None:
+        if device not in roof:
+            from .engine import EngineError
+
+            try:
+                roof[device] = device_bandwidth(spec, device, engine.n_threads, log)
+            except EngineError as e:  # e.g. no room for 2 GiB beside a large model: the column shows "-"
+                roof[device] = None
+                if log:
+                    log(f"copy bandwidth not measured ({e}); give it with --bandwidth GB/s for the % BW column")
+        return roof[device]
+
+    def roofline_of(engine) -> tuple[dict, Callable[[str], tuple[float, str]]]:
+        if "model" not in roof:
+            import llama_cpp
+
+            from .cachetypes import all_types
+            from .kvplan import model_layers, tensor_bytes
+
+            sizes = {ti.id: (ti.block_size, ti.type_size) for ti in all_types().values()}
+            roof["model"] = {"layers": model_layers(spec.model), "tensors": tensor_bytes(spec.model, sizes),
+                             "n_swa": int(llama_cpp.llama_model_n_swa(engine.llama.model))}
+        return roof["model"], bandwidth
+
     def named(cfg) -> str:
         return f"{cfg[0]}/{cfg[1]} fa {cfg[2]}" + (f" {plan_label(cfg[3])}" if cfg[3] != NO_PLAN else "")
 
@@ -713,7 +847,7 @@ def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None
                     continue
                 if log:
                     log(f"{named(cfg)}: {t.name}")
-                emit(k, _run_test(spec, engine, t, facts, cache, spec.seed + i), False)
+                emit(k, _run_test(spec, engine, t, facts, cache, spec.seed + i, roofline_of(engine)), False)
         finally:
             engine.close()
     # phase 2: llama-batched-bench's table for every configuration
@@ -776,12 +910,49 @@ def table_title(model: Path, rows: list[dict]) -> str:
     return f"model: {model.name}" + (f" ({SPEED_ONLY_NAME})" if any(r.get("speed_only") for r in rows) else "")
 
 
+def has_roofline(rows_or_spec) -> bool:
+    """Whether the roofline columns are shown: some row is a tg row with its bytes, or (given
+    a BenchSpec) some test is a tg test."""
+    if isinstance(rows_or_spec, BenchSpec):
+        return any(t.n_gen for t in rows_or_spec.tests)
+    return any("kv_read_bytes" in r for r in rows_or_spec)
+
+
+def roofline_source(rows_or_spec) -> str:
+    """What the bandwidth column divides by, for its header: "given" (--bandwidth) or
+    "measured" (the ggml copy, tqgguf.engine.copy_bandwidth); of rows, the first that says."""
+    if isinstance(rows_or_spec, BenchSpec):
+        return "given" if rows_or_spec.bandwidth else "measured"
+    return next((r["bandwidth_source"] for r in rows_or_spec if r.get("bandwidth_source")), "measured")
+
+
+def _mb(key: str) -> Callable[[dict], str]:
+    def fmt(r: dict) -> str:
+        if key not in r:
+            return "-"
+        v = r[key] / 1e6
+        return f"{v:.{2 if v < 10 else 1 if v < 100 else 0}f}"
+    return fmt
+
+
+def roofline_columns(source: str = "measured") -> list[tuple[str, int, Callable[[dict], str]]]:
+    """KV and weight MB (10^6 bytes) read per generated token, and the percentage of the
+    device's bandwidth they reach at the row's t/s; the header says whether that bandwidth
+    was measured (ggml copy) or given (--bandwidth). pp rows and split weights show "-"."""
+    return [("KV MB/tok", 9, _mb("kv_read_bytes")), ("W MB/tok", 9, _mb("weight_read_bytes")),
+            (f"% BW {'meas' if source == 'measured' else 'given'}", 10,
+             lambda r: f"{100 * r['bandwidth_fraction']:.1f}" if "bandwidth_fraction" in r else "-")]
+
+
 def test_columns(rows: list[dict], with_plan: bool | None = None,
-                 with_center: bool | None = None) -> list[tuple[str, int, Callable[[dict], str]]]:
+                 with_center: bool | None = None, with_roofline: bool | None = None,
+                 roofline_src: str | None = None) -> list[tuple[str, int, Callable[[dict], str]]]:
     """llama-bench's markdown columns (header, width: negative = left-aligned, value):
     model, size, params, backend, ngl (GPU backends) or threads (CPU), type_k, type_v,
     (kv_plan: ours, when ``with_plan``; None = when some row has a plan), (k_center and rot:
-    ours, when ``with_center``; None = :func:`has_center` of the rows), fa, test, t/s."""
+    ours, when ``with_center``; None = :func:`has_center` of the rows), fa, test, t/s, (the
+    roofline: ours, when ``with_roofline``; None = :func:`has_roofline` of the rows; header by
+    ``roofline_src``, None = :func:`roofline_source` of the rows)."""
     cpu = all(r.get("backends", "CPU") == "CPU" for r in rows) if rows else True
     cols = [("model", -30, model_label), ("size", 10, lambda r: _size(r["model_size"])),
             ("params", 10, lambda r: _params(r["model_n_params"])), ("backend", -10, lambda r: r["backends"])]
@@ -794,6 +965,8 @@ def test_columns(rows: list[dict], with_plan: bool | None = None,
                  ("rot", 3, lambda r: "0" if r.get("attn_rotation") is False else "1")]
     cols += [("fa", 3, lambda r: str(r["flash_attn"])), ("test", 15, lambda r: r["test"]),
              ("t/s", 20, lambda r: f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}")]
+    if has_roofline(rows) if with_roofline is None else with_roofline:
+        cols += roofline_columns(roofline_src or roofline_source(rows))
     return cols
 
 
@@ -863,16 +1036,23 @@ CSV_BATCHED_FIELDS = ["model_filename", "type_k", "type_v", "n_kv_max", "n_batch
                       "t_tg", "speed_tg", "t", "speed"]
 
 
-def csv_fields(kind: str, with_plan: bool = False, with_center: bool = False) -> list[str]:
+#: csv columns of the roofline (ours), after the others when a run has tg tests
+CSV_ROOFLINE_FIELDS = ["kv_read_bytes", "weight_read_bytes", "bandwidth_bytes_per_s", "bandwidth_source",
+                       "bandwidth_fraction"]
+
+
+def csv_fields(kind: str, with_plan: bool = False, with_center: bool = False, with_roofline: bool = False) -> list[str]:
     """The csv columns of a row kind ("test", "batched", or "both": one table for a run
     that has both, a ``kind`` column first, then llama-bench's columns and the batched ones
     it lacks, so a csv reader sees one header); ``with_plan`` appends ours: kv_plan,
-    bits_per_value; ``with_center``: k_center, attn_rotation."""
+    bits_per_value; ``with_center``: k_center, attn_rotation; ``with_roofline``:
+    :data:`CSV_ROOFLINE_FIELDS`."""
     if kind == "both":
         base = ["kind"] + CSV_TEST_FIELDS + [f for f in CSV_BATCHED_FIELDS if f not in CSV_TEST_FIELDS]
     else:
         base = CSV_TEST_FIELDS if kind == "test" else CSV_BATCHED_FIELDS
-    return base + (["kv_plan", "bits_per_value"] if with_plan else []) + (["k_center", "attn_rotation"] if with_center else [])
+    return (base + (["kv_plan", "bits_per_value"] if with_plan else []) + (["k_center", "attn_rotation"] if with_center else [])
+            + (CSV_ROOFLINE_FIELDS if with_roofline and kind != "batched" else []))
 
 
 def csv_line(values: list) -> str:
@@ -888,7 +1068,7 @@ def csv_text(rows: list[dict]) -> str:
     """llama-bench-style csv: a header line, then one line per row; one table even when the
     rows are of both kinds (:func:`csv_fields` "both")."""
     kinds = {r.get("kind", "test") for r in rows}
-    fields = csv_fields(kinds.pop() if len(kinds) == 1 else "both", has_plans(rows), has_center(rows))
+    fields = csv_fields(kinds.pop() if len(kinds) == 1 else "both", has_plans(rows), has_center(rows), has_roofline(rows))
     return "\n".join([csv_line(fields)] + [csv_row(r, fields) for r in rows])
 
 

@@ -84,22 +84,6 @@ def ensure_engine() -> None:
         _installed = True
 
 
-def offload_device_count() -> int:
-    """How many devices the engine can offload layers to: GPUs, integrated GPUs and the RPC
-    workers registered so far (ggml_backend_dev_count / ggml_backend_dev_type). Not
-    ``llama_supports_gpu_offload``: with the RPC backend compiled in, that is true on every
-    build, worker or not. Call after :func:`ensure_engine`."""
-    lib, base = _libggml(), libggml_base()
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    base.ggml_backend_dev_type.restype = ctypes.c_int
-    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    # enum ggml_backend_dev_type (ggml-backend.h): CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
-    return sum(1 for i in range(lib.ggml_backend_dev_count())
-               if base.ggml_backend_dev_type(lib.ggml_backend_dev_get(i)) in (1, 2))
-
-
 def gpu_offload_error(n_gpu_layers: int) -> str | None:
     """Why ``-ngl n_gpu_layers`` cannot be honoured by the installed engine, or None.
 
@@ -108,7 +92,7 @@ def gpu_offload_error(n_gpu_layers: int) -> str | None:
     llama.cpp itself would quietly run every layer on the CPU. Call after :func:`ensure_engine`
     (and after registering any ``--rpc`` workers).
     """
-    if n_gpu_layers == 0 or offload_device_count():
+    if n_gpu_layers == 0 or gpu_devices():
         return None
     from .builder import installed_build_info
 
@@ -157,6 +141,137 @@ def backend_names() -> list[str]:
     base.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
     return [base.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
             for i in range(lib.ggml_backend_reg_count())]
+
+
+#: ggml-backend.h's enum ggml_backend_dev_type
+DEV_CPU, DEV_GPU, DEV_IGPU = 0, 1, 2
+
+
+def gpu_devices() -> list[str]:
+    """Descriptions of the devices of type GPU or integrated GPU the engine offers
+    (ggml_backend_dev_count / _get / _type), e.g. ["NVIDIA H200"], RPC workers registered so
+    far included ("127.0.0.1:50052"); [] on a CPU engine without workers, or a CUDA engine that
+    found no device. Not ``llama_supports_gpu_offload``: with the RPC backend compiled in, that
+    is true on every build, worker or not. Call after :func:`ensure_engine`."""
+    lib, base = _libggml(), libggml_base()
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    base.ggml_backend_dev_type.restype = ctypes.c_int
+    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_description.restype = ctypes.c_char_p
+    base.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    devs = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+    return [(base.ggml_backend_dev_description(d) or b"").decode() for d in devs
+            if base.ggml_backend_dev_type(d) in (DEV_GPU, DEV_IGPU)]
+
+
+def bench_backend() -> str:
+    """llama-bench's ``backends`` field (tools/llama-bench/llama-bench.cpp, ``get_backend``):
+    the registered backends other than CPU, RPC only when it has devices (a worker given), or
+    "CPU" when none is left. Call after :func:`ensure_engine`."""
+    lib, base = _libggml(), libggml_base()
+    lib.ggml_backend_reg_count.restype = ctypes.c_size_t
+    lib.ggml_backend_reg_get.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    base.ggml_backend_reg_name.restype = ctypes.c_char_p
+    base.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
+    base.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
+    names, rpc = [], False
+    for i in range(lib.ggml_backend_reg_count()):
+        reg = lib.ggml_backend_reg_get(i)
+        name = base.ggml_backend_reg_name(reg).decode()
+        if name.startswith("RPC"):
+            rpc = rpc or base.ggml_backend_reg_dev_count(reg) > 0
+        elif name != "CPU":
+            names.append(name)
+    names += ["RPC"] if rpc else []
+    return ",".join(names) if names else "CPU"
+
+
+class _InitParams(ctypes.Structure):
+    """``struct ggml_init_params`` (ggml.h)."""
+
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+#: ggml.h's GGML_TYPE_F32
+_GGML_F32 = 0
+
+
+def copy_bandwidth(*, gpu: bool, n_threads: int = 1, nbytes: int = 1 << 30, reps: int = 10) -> tuple[float, str]:
+    """Copy bandwidth of the device a model runs on, measured through the engine's own ggml
+    backend: a ggml graph of one ``GGML_OP_CPY`` between two f32 tensors of ``nbytes`` each
+    (rows of 4 MiB, so the CPU backend splits the rows over its threads; CUDA copies
+    device-to-device), computed once untimed and then ``reps`` times, each timed from before
+    ``ggml_backend_graph_compute`` to after ``ggml_backend_synchronize``. Returns (bytes/s of
+    the fastest repetition, counting each byte read and each byte written: 2 · nbytes / s;
+    the device's description, e.g. "NVIDIA H200" or the CPU's name). ``gpu``: the first GPU
+    device (ggml_backend_dev_by_type GPU, which includes an RPC worker's), else the CPU
+    device with ``n_threads`` threads. Raises EngineError when there is no such device or
+    ggml cannot allocate the tensors.
+    """
+    import time
+
+    ensure_engine()
+    lib, base = _libggml(), libggml_base()
+    vp, sz = ctypes.c_void_p, ctypes.c_size_t
+    lib.ggml_backend_dev_by_type.restype = vp
+    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    for name, res, args in (("ggml_backend_dev_init", vp, [vp, ctypes.c_char_p]),
+                            ("ggml_backend_dev_description", ctypes.c_char_p, [vp]),
+                            ("ggml_backend_dev_backend_reg", vp, [vp]),
+                            ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
+                            ("ggml_tensor_overhead", sz, []), ("ggml_graph_overhead", sz, []),
+                            ("ggml_init", vp, [_InitParams]), ("ggml_free", None, [vp]),
+                            ("ggml_new_tensor_2d", vp, [vp, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]),
+                            ("ggml_cpy", vp, [vp, vp, vp]), ("ggml_new_graph", vp, [vp]),
+                            ("ggml_build_forward_expand", None, [vp, vp]),
+                            ("ggml_backend_alloc_ctx_tensors", vp, [vp, vp]),
+                            ("ggml_backend_graph_compute", ctypes.c_int, [vp, vp]),
+                            ("ggml_backend_synchronize", None, [vp]), ("ggml_backend_buffer_free", None, [vp]),
+                            ("ggml_backend_free", None, [vp])):
+        fn = getattr(base, name)
+        fn.restype, fn.argtypes = res, args
+    dev = lib.ggml_backend_dev_by_type(DEV_GPU if gpu else DEV_CPU)
+    if not dev:
+        raise EngineError(f"no {'GPU' if gpu else 'CPU'} device in the engine to measure the copy bandwidth of")
+    desc = (base.ggml_backend_dev_description(dev) or b"").decode() or ("GPU" if gpu else "CPU")
+    backend = base.ggml_backend_dev_init(dev, None)
+    if not backend:
+        raise EngineError(f"ggml could not start a backend on {desc}")
+    ctx = buf = None
+    try:
+        if not gpu:
+            addr = base.ggml_backend_reg_get_proc_address(base.ggml_backend_dev_backend_reg(dev), b"ggml_backend_set_n_threads")
+            if addr:
+                ctypes.CFUNCTYPE(None, vp, ctypes.c_int)(addr)(backend, n_threads)
+        ctx = base.ggml_init(_InitParams(4 * base.ggml_tensor_overhead() + base.ggml_graph_overhead() + 4096, None, True))
+        row = 1 << 20  # f32 values: 4 MiB rows
+        n_rows = max(1, nbytes // (4 * row))
+        a = base.ggml_new_tensor_2d(ctx, _GGML_F32, row, n_rows)
+        b = base.ggml_new_tensor_2d(ctx, _GGML_F32, row, n_rows)
+        graph = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(graph, base.ggml_cpy(ctx, a, b))
+        buf = base.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        if not buf:
+            raise EngineError(f"ggml could not allocate 2 x {4 * row * n_rows / 2**20:.0f} MiB on {desc}")
+        best = float("inf")
+        for i in range(reps + 1):
+            t0 = time.perf_counter()
+            if base.ggml_backend_graph_compute(backend, graph) != 0:
+                raise EngineError(f"ggml could not run a copy on {desc}")
+            base.ggml_backend_synchronize(backend)
+            if i:  # the first run warms up (allocation, kernel load, page faults)
+                best = min(best, time.perf_counter() - t0)
+        return 2 * 4 * row * n_rows / best, desc
+    finally:
+        if buf:
+            base.ggml_backend_buffer_free(buf)
+        if ctx:
+            base.ggml_free(ctx)
+        base.ggml_backend_free(backend)
 
 
 #: ggml.h's GGML_MAX_N_THREADS: the length of ggml_threadpool_params.cpumask

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -169,7 +170,30 @@ _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?
 
 
 def read_header(model_path: str | os.PathLike) -> tuple[dict[str, object], list[str]]:
-    """The scalar and string metadata of a GGUF file (arrays skipped) and its tensor names.
+    """The scalar and string metadata of a GGUF file (arrays skipped) and its tensor names
+    (:func:`read_tensor_infos` without the shapes and types)."""
+    meta, infos = read_tensor_infos(model_path)
+    return meta, [name for name, _, _ in infos]
+
+
+def tensor_bytes(model_path: str | os.PathLike, type_sizes: dict[int, tuple[int, int]]) -> dict[str, int]:
+    """Bytes of each tensor of a GGUF file by name: elements / block size x bytes per block,
+    ``type_sizes`` mapping a ggml type id to (block size, type size) (tqgguf.cachetypes
+    all_types(), read from the built library). Raises KVPlanError as :func:`read_header`, or
+    for a type id ``type_sizes`` does not know."""
+    _, infos = read_tensor_infos(model_path)
+    out = {}
+    for name, dims, t in infos:
+        if t not in type_sizes:
+            raise GGUFReadError(f"{model_path}: tensor {name} has ggml type {t}, unknown to the installed engine")
+        block, size = type_sizes[t]
+        out[name] = math.prod(dims) // block * size
+    return out
+
+
+def read_tensor_infos(model_path: str | os.PathLike) -> tuple[dict[str, object], list[tuple[str, tuple[int, ...], int]]]:
+    """The scalar and string metadata of a GGUF file (arrays skipped) and its tensors as
+    (name, dims with ne0 first, ggml type id).
 
     Reads the header only (GGUF v2/v3 layout, ggml docs/gguf.md). ``gguf.GGUFReader`` gives
     the same values but builds a numpy view for every item of every array; on a model with a
@@ -221,12 +245,15 @@ def read_header(model_path: str | os.PathLike) -> tuple[dict[str, object], list[
                     meta[key] = string()
                 else:
                     skip(t)
-            names = []
+            infos = []
             for _ in range(n_tensors):
-                names.append(string())
+                name = string()
                 (nd,) = struct.unpack_from("<I", m, pos)
+                dims = struct.unpack_from(f"<{nd}Q", m, pos + 4)
+                (t,) = struct.unpack_from("<I", m, pos + 4 + 8 * nd)
+                infos.append((name, tuple(int(d) for d in dims), int(t)))
                 pos += 4 + 8 * nd + 4 + 8
-            return meta, names
+            return meta, infos
     except (OSError, ValueError, struct.error, KeyError, OverflowError, MemoryError, IndexError) as e:
         if isinstance(e, KVPlanError):
             raise

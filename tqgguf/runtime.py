@@ -25,6 +25,41 @@ from .kvplan import KVPlan, bits_per_value, build_plan, kv_bytes_per_token, mode
 from .enginevars import warn_overrides
 
 
+@dataclass(frozen=True)
+class KVCacheInfo:
+    """One KV cache of a context as llama.cpp logged it (Gemma-3: a sliding-window and a
+    global one; most models: one). swa: it is the sliding-window cache (llama-kv-cache-iswa's
+    "creating SWA KV cache" came before it); cells, n_layers: its size and layer count;
+    k_type/v_type: its types ("mixed" under a layer plan); plan_bytes_per_token: the engine's
+    plan line for it (bytes one token takes in its layers), None without a plan."""
+
+    swa: bool
+    cells: int
+    n_layers: int
+    k_type: str
+    v_type: str
+    plan_bytes_per_token: int | None = None
+
+
+_CACHE_LINE = re.compile(r"creating\s+(non-SWA|SWA) KV cache|size\s*=\s*[\d.]+ MiB \(\s*(\d+) cells,\s*(\d+) layers,"
+                         r".*K \((\w+)\):.*V \((\w+)\):|kv_plan = .*?; (\d+) bytes per token")
+
+
+def _caches(log: str) -> list[KVCacheInfo]:
+    out: list[KVCacheInfo] = []
+    swa = False
+    for m in _CACHE_LINE.finditer(log):
+        if m.group(1):
+            swa = m.group(1) == "SWA"
+        elif m.group(2):
+            out.append(KVCacheInfo(swa, int(m.group(2)), int(m.group(3)), m.group(4), m.group(5)))
+            swa = False
+        elif out:
+            c = out[-1]
+            out[-1] = KVCacheInfo(c.swa, c.cells, c.n_layers, c.k_type, c.v_type, int(m.group(6)))
+    return out
+
+
 @dataclass
 class KVReport:
     """What llama.cpp reported when it created the context.
@@ -43,7 +78,7 @@ class KVReport:
     ``--k-center auto`` chose its mode (set by open_model, "" when the mode was given);
     n_ctx_train the model's training context when llama.cpp compared n_ctx with it (0 when
     they are equal), so ``n_ctx > n_ctx_train > 0`` is llama.cpp's "possible training
-    context overflow".
+    context overflow"; caches: each KV cache (:class:`KVCacheInfo`), in the log's order.
     """
 
     k_type: str = ""
@@ -63,6 +98,7 @@ class KVReport:
     kv_bytes_per_token: int | None = None
     bits_per_value: float | None = None
     n_ctx_train: int = 0
+    caches: list[KVCacheInfo] = field(default_factory=list)
     log: str = field(default="", repr=False)
 
 
@@ -71,7 +107,7 @@ _KV_LINE = re.compile(r"size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,.*K \((\w+)\):\
 
 def parse_kv_report(log: str) -> KVReport:
     """Parse llama.cpp's context-creation log (llama-kv-cache.cpp / llama-context.cpp lines)."""
-    r = KVReport(log=log)
+    r = KVReport(log=log, caches=_caches(log))
     k_types: set[str] = set()
     v_types: set[str] = set()
     for m in _KV_LINE.finditer(log):  # one line per cache (Gemma-3: a sliding-window and a global one)

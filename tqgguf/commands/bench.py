@@ -53,10 +53,13 @@ _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
 @click.option("--beyond-n-ctx-train", "beyond_train", is_flag=True,
               help="Allow depth + tokens beyond the model's training context (refused by default): for speed "
                    "only, the model's outputs there mean nothing. llama-bench does not check.")
+@click.option("--bandwidth", "bandwidth", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GB/s",
+              help="The device's memory bandwidth (10^9 bytes/s) for the '% BW' column of tg rows, instead of the "
+                   "copy bandwidth measured through the engine (once per device, kept in DIR/bandwidth.json).")
 @click.option("--no-plot", is_flag=True, help="Do not write bench.png.")
 def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_attn, rot, k_center, reps, threads,
-            n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, kv_boundary, kv_swa, kv_plan, fmt, out_dir, no_warmup, batched, npp, ntg, npl, beyond_train,
-            no_plot):
+            n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, kv_boundary, kv_swa, kv_plan, fmt, out_dir,
+            no_warmup, batched, npp, ntg, npl, beyond_train, bandwidth, no_plot):
     """Tokens per second of MODEL (a GGUF path or a name from `tqgguf models list`) for every
     K x V x fa x layer plan x depth combination, measured the way llama-bench does (pp and
     tg tests, t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table.
@@ -96,6 +99,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
                                configs=bench.configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
                                n_threads=threads, offload=offload, warmup=not no_warmup, batched=bspec,
                                beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
+                               bandwidth=bandwidth * 1e9 if bandwidth else None,
                                out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model.replace(':', '-')}"))
         bench.validate(spec)
         if not spec.tests:  # only --batched runs: say which flags had nothing to apply to
@@ -116,6 +120,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         with_center = bench.has_center(spec)
     except ValueError as e:  # not a readable GGUF
         raise click.UsageError(str(e)) from e
+    with_roof = bench.has_roofline(spec)
     all_rows: list[dict] = []
     csv_kind = "both" if spec.tests and spec.batched else None  # else the one kind the run has
 
@@ -125,13 +130,13 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         if fmt == "jsonl":
             click.echo(bench.jsonl_line(row))
         elif fmt == "csv":  # one table: a run with both kinds gets their union and a kind column
-            fields = bench.csv_fields(csv_kind or kind, with_plan, with_center)
+            fields = bench.csv_fields(csv_kind or kind, with_plan, with_center, with_roof)
             if not state["csv"]:
                 state["csv"].add(kind)
                 click.echo(bench.csv_line(fields))
             click.echo(bench.csv_row(row, fields))
         elif kind == "test":
-            cols = bench.test_columns([row], with_plan, with_center)
+            cols = bench.test_columns([row], with_plan, with_center, with_roof, bench.roofline_source(spec))
             if not state["test_header"]:
                 state["test_header"] = True
                 click.echo(bench.markdown_header([row], cols))

@@ -23,7 +23,7 @@ def engine_info() -> dict:
     import llama_cpp
 
     from ..devices import list_devices
-    from ..engine import backend_names, offload_device_count
+    from ..engine import backend_names, gpu_devices
 
     cache_types = [
         {"name": t, "id": types[t].id, "block_size": types[t].block_size, "bytes_per_block": types[t].type_size,
@@ -38,7 +38,7 @@ def engine_info() -> dict:
         "checkout_fingerprint": fingerprint(BuildConfig(backend=backend, cuda_arch=cuda_arch)),
         "backends": ["CPU"] + ([backend.upper()] if backend != "cpu" else []),
         "system_info": system_info,
-        "gpu_offload": offload_device_count() > 0,
+        "gpu_offload": bool(gpu_devices()),
         "devices": [{"name": d.name, "description": d.description, "kind": d.kind, "free_mib": d.free >> 20,
                      "total_mib": d.total >> 20} for d in list_devices()],
         "rpc": "RPC" in backend_names(),
