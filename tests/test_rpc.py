@@ -284,7 +284,7 @@ def test_serve_through_a_worker_answers_then_503_while_it_is_gone_then_recovers(
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(0.3)
         text = (tmp_path / "serve.log").read_text()
-        assert re.search(r"placement: RPC0\S*: layers 0-29 \+ output", text), text[-3000:]
+        assert re.search(rf"placement: RPC0 \({re.escape(w.endpoint)}\): layers 0-29 \+ output", text), text[-3000:]
         oa = openai.OpenAI(base_url=url + "/v1", api_key="unused", timeout=120, max_retries=0)
         msgs = [{"role": "user", "content": "Say hello."}]
         r = oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0)

@@ -37,7 +37,7 @@ from typing import Iterable
 
 from .cachetypes import TURBO_TYPES, ggml_type_id, libggml_base, type_info
 from .config import Endpoint, parse_endpoints
-from .engine import EngineError, _libggml, ensure_engine
+from .engine import EngineError, _libggml, dev_api, ensure_engine
 
 #: RPC_PROTO_MAJOR_VERSION / RPC_PROTO_MINOR_VERSION (ggml/include/ggml-rpc.h): a worker must
 #: have the same major and a minor no newer than ours (ggml-rpc.cpp negotiate_hello).
@@ -226,26 +226,11 @@ class Device:
         return self.kind in ("GPU", "IGPU")
 
 
-def _dev_api():
-    ggml, base = _libggml(), libggml_base()
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for fn, res in (("ggml_backend_dev_name", ctypes.c_char_p), ("ggml_backend_dev_description", ctypes.c_char_p),
-                    ("ggml_backend_dev_type", ctypes.c_int)):
-        getattr(base, fn).restype = res
-        getattr(base, fn).argtypes = [ctypes.c_void_p]
-    base.ggml_backend_dev_memory.restype = None
-    base.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                             ctypes.POINTER(ctypes.c_size_t)]
-    return ggml, base
-
-
 def list_devices() -> list[Device]:
     """Every device the engine has registered (ggml_backend_dev_count/get), RPC workers added
     by :func:`use_workers` included, in llama.cpp's order. Loads the engine."""
     ensure_engine()
-    ggml, base = _dev_api()
+    ggml, base = dev_api()
     out = []
     for i in range(ggml.ggml_backend_dev_count()):
         d = ggml.ggml_backend_dev_get(i)

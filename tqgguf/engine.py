@@ -147,20 +147,30 @@ def backend_names() -> list[str]:
 DEV_CPU, DEV_GPU, DEV_IGPU = 0, 1, 2
 
 
+def dev_api() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    """(libggml, libggml-base) with the device functions' signatures declared: dev_count/get
+    (registry, libggml), dev_name/description/type/memory (libggml-base)."""
+    lib, base = _libggml(), libggml_base()
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    for fn, res in (("ggml_backend_dev_name", ctypes.c_char_p), ("ggml_backend_dev_description", ctypes.c_char_p),
+                    ("ggml_backend_dev_type", ctypes.c_int)):
+        getattr(base, fn).restype = res
+        getattr(base, fn).argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_memory.restype = None
+    base.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                             ctypes.POINTER(ctypes.c_size_t)]
+    return lib, base
+
+
 def gpu_devices() -> list[str]:
     """Descriptions of the devices of type GPU or integrated GPU the engine offers
     (ggml_backend_dev_count / _get / _type), e.g. ["NVIDIA H200"], RPC workers registered so
     far included ("127.0.0.1:50052"); [] on a CPU engine without workers, or a CUDA engine that
     found no device. Not ``llama_supports_gpu_offload``: with the RPC backend compiled in, that
     is true on every build, worker or not. Call after :func:`ensure_engine`."""
-    lib, base = _libggml(), libggml_base()
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    base.ggml_backend_dev_type.restype = ctypes.c_int
-    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    base.ggml_backend_dev_description.restype = ctypes.c_char_p
-    base.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib, base = dev_api()
     devs = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
     return [(base.ggml_backend_dev_description(d) or b"").decode() for d in devs
             if base.ggml_backend_dev_type(d) in (DEV_GPU, DEV_IGPU)]
