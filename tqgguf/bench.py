@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .cachetypes import FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict
-from .config import parse_k_center
+from .values import parse_k_center
 from .fsutil import sha256_file_cached
 from .kcenter import resolve_auto
 from .kvplan import build_plan, plan_label
