@@ -100,8 +100,10 @@ kernel)
     { [ -x "$BIN/copy-bandwidth" ] && "$BIN/copy-bandwidth"; } | tee "$OUT/copy-bandwidth.txt" || true
     copy=$(grep -oE "[0-9]+(\.[0-9]+)? GB/s" "$OUT/copy-bandwidth.txt" | tail -1 | awk '{print $1}' || true)
     filt='hsk=(64|128),hsv=(64|128),nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(f16|q8_0|turbo4|turbo3|turbo2),type_V=(f16|q8_0|turbo4|turbo3|turbo2),'
-    for dec in $(kernel_decs); do
-        GGML_CUDA_TURBO_FA_DEC=$dec "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$filt" > "$OUT/fa-perf-dec$dec.txt" 2>&1 || echo "perf DEC=$dec failed"
+    filt_turbo='hsk=(64|128),hsv=(64|128),nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(turbo4|turbo3|turbo2),type_V=(turbo4|turbo3|turbo2),'
+    for dec in $(kernel_decs); do  # DEC != 0 changes only turbo/turbo pairs: only those are run again
+        f=$filt; [ "$dec" != 0 ] && f=$filt_turbo
+        GGML_CUDA_TURBO_FA_DEC=$dec "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$f" > "$OUT/fa-perf-dec$dec.txt" 2>&1 || echo "perf DEC=$dec failed"
     done
     sub table
     ;;
