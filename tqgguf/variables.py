@@ -32,7 +32,7 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_DEVICE": "devices to offload to, a comma list of names such as CUDA0,RPC0 (none = CPU only; -dev)",
     "TQGGUF_HOST": "address to serve on: host, :port, host:port or http(s)://host:port",
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
-    "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
+    "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache); 0 = auto (1, as Ollama)",
     "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
     "TQGGUF_MODELS": "directory of downloaded models",
     "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
@@ -41,8 +41,11 @@ VARIABLES: dict[str, str] = {
                                 "next models use the following ports)",
     "TQGGUF_MAX_CONTEXT_LENGTH": "largest per-slot context a request's num_ctx may ask for (0 = the model's "
                                  "training context)",
-    "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS)",
+    "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS); "
+                                "0 = auto (3 per GPU, 3 on the CPU, as Ollama)",
     "TQGGUF_MAX_REQUEST_BODY": "largest request body tqgguf serve accepts (32MiB, 64MB, bytes); larger: 413",
+    "TQGGUF_BODY_TIMEOUT": "longest wait for the next part of a request body (60s, 5s, 0 = no limit); "
+                           "then 408 and the connection closes",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
     "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
     "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",

@@ -6,6 +6,7 @@ bad flag or variable exits with status 2 and a message naming it, a taken port w
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import click
@@ -52,7 +53,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     Ollama (/api) compatible APIs, through a supervised llama-server child built by
     `tqgguf build` (or TQGGUF_LLAMA_SERVER). -np N slots of -c tokens each, continuously
     batched; other models are loaded on demand by name."""
-    from ..config import SettingsError, resolve_settings
+    from ..config import SettingsError, check_listen_address, resolve_settings
 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
                  "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
@@ -62,6 +63,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                                      main_gpu=main_gpu, device=device)}
     try:
         settings = resolve_settings(overrides)
+        check_listen_address(settings)
     except SettingsError as e:
         for msg in e.errors:
             click.echo(f"error: {msg}", err=True)
@@ -73,11 +75,11 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                    f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
-    from ..server.run import PortError, bind_socket, end_by_signal
+    from ..server.run import PortError, bind_socket, end_by_signal, listen_source
 
     # fail on a taken port before any download or model load (serve() binds for real)
     try:
-        bind_socket(settings.host, settings.port).close()
+        bind_socket(settings.host, settings.port, listen_source(settings)).close()
     except PortError as e:
         raise click.ClickException(str(e)) from None
 
@@ -135,6 +137,16 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         binary = llama_server_path(settings.llama_server)
     except FileNotFoundError as e:
         raise click.ClickException(str(e)) from None
+    if settings.max_loaded_models == 0:  # auto, as Ollama: 3 per GPU this llama-server lists, 3 on the CPU
+        from ..config import auto_max_loaded_models
+        from ..server.child import gpu_devices
+
+        try:
+            n_gpus = len(gpu_devices(binary))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise click.ClickException(f"cannot ask {binary} for its devices ({settings.source('max_loaded_models')} "
+                                       f"counts them): {e}") from None
+        settings = settings.model_copy(update={"max_loaded_models": auto_max_loaded_models(n_gpus)})
 
     try:
         path = resolve_model(model)

@@ -50,7 +50,7 @@ def create_app(manager: Manager) -> FastAPI:
     app = FastAPI(title="tqgguf serve", version=TQGGUF_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.manager = manager
-    app.add_middleware(BodyLimit, limit=manager.settings.max_request_body)
+    app.add_middleware(BodyLimit, limit=manager.settings.max_request_body, timeout=manager.settings.body_timeout)
     add_error_handlers(app)
     for router in (routes_openai.router, routes_misc.router, routes_ollama.router):
         # the routes themselves, as include_router placed them in earlier FastAPI versions: the app

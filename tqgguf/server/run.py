@@ -19,12 +19,14 @@ import contextlib
 import copy
 import errno
 import logging
+import re
 import signal
 import socket
 import subprocess
 import threading
 from typing import Callable
 
+from ..config import MODELS_PER_GPU
 from ..values import format_duration, format_size
 from ..engine import GPUOffloadError
 from .child import gpu_devices
@@ -41,16 +43,28 @@ class PortError(OSError):
     """The listen address cannot be used (port in use, no permission, unknown host)."""
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind a TCP socket to (host, port) without listening yet.
+def listen_source(settings) -> str:
+    """Where the listen address came from, for bind_socket's messages: ``port from default,
+    host from env OLLAMA_HOST='0.0.0.0'``."""
+    def one(name: str) -> str:
+        src = settings.source(name)
+        return f"{name} from {'default' if src.kind == 'default' else src.describe()}"
+    return f"{one('port')}, {one('host')}"
+
+
+def bind_socket(host: str, port: int, source: str = "") -> socket.socket:
+    """Bind a TCP socket to (host, port) without listening yet; ``source`` (listen_source)
+    says where the address came from, and each message names it.
 
     Raises PortError with a message that says what to do: port in use, a privileged
     port without permission, an address this machine does not have, an unknown host.
     """
+    origin = f" ({source})" if source else ""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise PortError(f"cannot resolve host {host!r}: {e.strerror}; set --host or TQGGUF_HOST") from None
+        raise PortError(f"cannot resolve host {host!r}{origin}: {e.strerror}; set --host, TQGGUF_HOST or "
+                        "OLLAMA_HOST") from None
     family, type_, proto, _, addr = infos[0]
     sock = socket.socket(family, type_, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,14 +74,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         where = f"{host}:{port}"
         if e.errno == errno.EADDRINUSE:
-            msg = (f"port {port} is already in use on {host} (another tqgguf, Ollama or llama-server?); "
-                   f"choose another with --port or TQGGUF_HOST")
+            msg = (f"port {port} is already in use on {host}{origin} (another tqgguf, Ollama or llama-server?); "
+                   f"choose another with --port, TQGGUF_HOST or OLLAMA_HOST")
         elif e.errno == errno.EACCES:
-            msg = f"permission denied to listen on {where} (ports below 1024 need root); choose --port 1024 or above"
+            msg = (f"permission denied to listen on {where}{origin} (ports below 1024 need root); "
+                   "choose a port of 1024 or above")
         elif e.errno == errno.EADDRNOTAVAIL:
-            msg = f"address {host} is not available on this machine; use 127.0.0.1 or 0.0.0.0"
+            msg = f"address {host}{origin} is not available on this machine; use 127.0.0.1 or 0.0.0.0"
         else:
-            msg = f"cannot listen on {where}: {e.strerror}"
+            msg = f"cannot listen on {where}{origin}: {e.strerror}"
         raise PortError(msg) from None
     return sock
 
@@ -111,6 +126,27 @@ def runner_placement(runner: Runner) -> list[str]:
     return placement_lines(parse_placement("\n".join(runner.load_lines), layers.n_layer, k, v, cells, names))
 
 
+def _from(src) -> str:
+    """``from env X`` for a value given, ``auto: X=0`` for one that asked for auto."""
+    return str(src) if src.auto else f"from {src}"
+
+
+def flash_attention_applied(lines: list[str]) -> str | None:
+    """What llama.cpp did with flash attention, from its load log: "on" or "off" (its
+    ``resolve_fused_ops: Flash Attention enabled`` / ``... not supported, set to disabled``
+    for auto, ``enabling flash_attn since it is required ...``, or the context's
+    ``flash_attn = enabled/disabled`` line); None when the log does not say."""
+    found = None
+    for line in lines:
+        if re.search(r"Flash Attention (?:was auto, set to )?enabled|enabling flash_attn", line):
+            found = "on"
+        elif re.search(r"Flash Attention .*(?:disabled|not supported)|flash_attn is not compatible", line):
+            found = "off"
+        elif m := re.search(r"flash_attn\s*=\s*(enabled|disabled)\b", line):
+            found = found or ("on" if m.group(1) == "enabled" else "off")
+    return found
+
+
 def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> list[str]:
     """The startup log: model, the llama-server child, effective K/V types, rotation,
     K centering, flash attention, slots and context, threads, limits and keep-alive, each
@@ -129,21 +165,28 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
              f"LLAMA_ATTN_ROT_DISABLE={config.engine_env.get('LLAMA_ATTN_ROT_DISABLE', '?')} in llama-server's "
              "environment"]
     lines += config.engine_notes  # K centering (auto: what it chose and why), the layer plan
-    lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})")
-    lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
+    fa = flash_attention_applied(runner.load_lines)
+    lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})" +
+                 (f" -> {fa} (llama-server's log)" if fa else "" if s.flash_attention != "auto" else
+                  " -> not reported by llama-server's log"))
+    lines.append(f"slots: {s.num_parallel} ({_from(src('num_parallel'))}), continuous batching, {runner.n_ctx} tokens "
                  f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")
-    threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's default)"
+    threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's own: every core)"
     ngl = "auto" if config.n_gpu_layers is None else ("all" if config.n_gpu_layers < 0 else config.n_gpu_layers)
     lines.append(f"threads: {threads} (from {'flag -t' if config.n_threads else 'default'}); -ngl {ngl} "
-                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded and runner.on_device else ""))
+                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded and runner.on_device else
+                                                    ", every layer on the CPU" if not runner.on_device else ""))
     if config.offload is not None and config.offload.rpc:
         lines.append(f"rpc workers: {config.offload.rpc} (from {src('rpc')}); -sm {config.offload.split_mode}")
     lines += [f"placement: {x}" for x in runner_placement(runner)]
     lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
-                 f"(from {src('max_loaded_models')})")
-    lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}); "
-                 "larger: 413")
+                 f"({_from(src('max_loaded_models'))}" +
+                 (f": {MODELS_PER_GPU} per GPU llama-server lists, {MODELS_PER_GPU} on the CPU)" if src('max_loaded_models').auto else ")"))
+    wait = (f"at most {format_duration(s.body_timeout)} between its parts (from {src('body_timeout')}), "
+            "else 408 and the connection closes" if s.body_timeout else f"no time limit (from {src('body_timeout')})")
+    lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}), "
+                 f"larger: 413; {wait}")
     ka = s.keep_alive
     ka_text = ("the model stays loaded" if ka < 0 else
                "the model unloads after each request and reloads on the next" if ka == 0 else
@@ -244,7 +287,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     from .app import create_app
 
     s = config.settings
-    sock = bind_socket(s.host, s.port)
+    sock = bind_socket(s.host, s.port, listen_source(s))
     logging.config.dictConfig(_log_config(log_level))
     if (why := gpu_devices_error(config)) is not None:
         sock.close()

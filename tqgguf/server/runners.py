@@ -150,7 +150,8 @@ def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
         read_bufsize=1 << 20)
 
 
-_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device")
+_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device|"
+                             r"Flash Attention|flash_attn")
 
 
 def offload_args(offload) -> list[str]:
