@@ -118,9 +118,8 @@ def test_auto_parallel_and_max_loaded_models_resolve_as_ollama_and_say_so(auto_s
     assert "slots: 1 (auto: OLLAMA_NUM_PARALLEL=0), continuous batching, 256 tokens each" in log
     # this CPU build lists no GPU: Ollama's 3 x max(GPUs, 1)
     assert "max loaded models: 3 (auto: OLLAMA_MAX_LOADED_MODELS=0: 3 per GPU llama-server lists, 3 on the CPU)" in log
-    argv = (auto_srv.http.get("/health").json()["runners"][0])
-    assert argv["n_ctx"] == 256
-    assert re.search(r"llama-server .*-np 1\b", log) or "n_slots = 1" in log or "n_parallel = 1" in log, log[-3000:]
+    assert auto_srv.http.get("/health").json()["runners"][0]["n_ctx"] == 256
+    assert "load_model: initializing, n_slots = 1, n_ctx_slot = 256" in log  # llama-server's own count
 
 
 def test_startup_names_flash_attentions_outcome_and_where_threads_and_ngl_came_from(auto_srv):
