@@ -161,8 +161,8 @@ def _port_part(value: Any) -> Any:
 
 
 #: The parallel slots of ``OLLAMA_NUM_PARALLEL=0`` (auto): Ollama's ``max(NumParallel, 1)``
-#: (server/sched.go, ollama/ollama commit fb30760, 2026-08-21; older releases picked 4 or 1 by
-#: free memory).
+#: (server/sched.go, ollama/ollama commit fb30760, 2026-08-21; so since v0.11.5, while earlier
+#: releases tried 4, later 2, and fell back to 1 when memory was short).
 AUTO_NUM_PARALLEL = 1
 #: Models kept loaded per GPU for ``OLLAMA_MAX_LOADED_MODELS=0`` (auto): Ollama's
 #: ``defaultModelsPerGPU`` (server/sched.go, same commit), times the GPU count, 3 on the CPU.
