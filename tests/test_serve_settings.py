@@ -13,18 +13,21 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
 import time
 
 import httpx
 import pytest
 from click.testing import CliRunner
 
+from tqgguf.builder.driver import llama_server_path
 from tqgguf.cli import main as cli
 from tqgguf.config import Settings, SettingsError, _var, check_listen_address, resolve_settings
+from tqgguf.server.child import gpu_devices
 from tqgguf.server.run import flash_attention_applied
 from tqgguf.variables import VARIABLES
 
-from .test_server import ALIAS, Server, _clean_env
+from .test_server import ALIAS, QWEN, Server, _clean_env, _free_port, _serve_cmd
 
 BODY_TIMEOUT_S = 2.0
 
@@ -182,3 +185,19 @@ def test_a_slow_body_that_keeps_coming_is_not_cut_off(auto_srv):
     r = httpx.post(auto_srv.url + "/api/show", content=slow(), headers={"Content-Length": str(len(body))},
                    timeout=30)
     assert r.status_code == 200 and "modelfile" in r.json()
+
+
+@pytest.mark.engine
+def test_later_refusals_name_the_variable_a_value_came_from(model_file):
+    model_file(QWEN)
+    # K centering full needs one slot: the slots came from OLLAMA_NUM_PARALLEL, and the message says so
+    p = subprocess.run(_serve_cmd(QWEN, "--port", str(_free_port()), "--ctk", "turbo4", "--k-center", "full"),
+                       capture_output=True, text=True, env=_clean_env(OLLAMA_NUM_PARALLEL="3"), timeout=120)
+    assert p.returncode == 2 and "with -np 3" in p.stderr, p.stderr
+    assert "(-np 3 from env OLLAMA_NUM_PARALLEL='3', --k-center from flag --k-center='full')" in p.stderr, p.stderr
+    # GPU layers asked for by a variable on a CPU-only llama-server
+    if gpu_devices(llama_server_path(None)):
+        return  # a GPU build: nothing to refuse
+    p = subprocess.run(_serve_cmd(ALIAS, "--port", str(_free_port())), capture_output=True, text=True,
+                       env=_clean_env(TQGGUF_N_GPU_LAYERS="5"), timeout=120)
+    assert p.returncode == 2 and "-ngl 5 (env TQGGUF_N_GPU_LAYERS='5') asks for GPU layers" in p.stderr, p.stderr

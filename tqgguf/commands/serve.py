@@ -220,13 +220,19 @@ class _EngineEnv:
         plan = build_plan(path, boundary=s.kv_boundary, swa=s.kv_swa, plan=s.kv_plan)
         for v in sorted(plan.v_types(s.cache_type_v)) if plan else ():
             if flash_attn_conflict(s.flash_attention, v):
-                raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; "
+                raise ValueError(f"flash attention is off (from {s.source('flash_attention').describe()}), which "
+                                 f"cannot be used with the layer plan's quantized V cache type {v} (from "
+                                 f"{s.source('kv_plan' if s.kv_plan else 'kv_swa' if s.kv_swa else 'kv_boundary').describe()}); "
                                  f"{FLASH_ATTN_RULE}")
         kc, reason = parse_k_center(s.k_center), ""
         if kc.mode == "auto":
             kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k},
                                       streams=s.num_parallel)
-        check_full(kc, path, streams=s.num_parallel)
+        try:
+            check_full(kc, path, streams=s.num_parallel)
+        except ValueError as e:  # it names -np and --k-center: say where each value came from
+            raise type(e)(f"{e} (-np {s.num_parallel} from {s.source('num_parallel').describe()}, --k-center "
+                          f"from {s.source('k_center').describe()})") from None
         kc_env = engine_value(kc, path, n_threads=self.threads)
         plan_env = plan.engine_value() if plan else ""
         notes = []

@@ -97,7 +97,8 @@ def gpu_devices_error(config: ServeConfig) -> str | None:
             return None
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot ask {config.llama_server} for its devices: {e}"
-    return (f"-ngl {config.n_gpu_layers} asks for GPU layers, but {config.llama_server} lists no GPU device "
+    src = config.settings.source("n_gpu_layers")
+    return (f"-ngl {config.n_gpu_layers} ({'default' if src.kind == 'default' else src.describe()}) asks for GPU layers, but {config.llama_server} lists no GPU device "
             "(built for the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it): build it with "
             "`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use -ngl 0")
 
