@@ -919,7 +919,7 @@ def test_k_center_full_with_several_slots_is_refused_before_llama_server_starts(
     (["-fa", "off", "--ctv", "turbo4"], {}, "flash attention is off (from flag -fa='off')"),
     (["-np", "0"], {}, "-np '0'"),
     ([], {"TQGGUF_HOST": "localhost:70000"}, "TQGGUF_HOST='localhost:70000'"),
-    ([], {"OLLAMA_MAX_LOADED_MODELS": "0"}, "OLLAMA_MAX_LOADED_MODELS='0'"),
+    ([], {"OLLAMA_MAX_LOADED_MODELS": "-1"}, "OLLAMA_MAX_LOADED_MODELS='-1'"),  # 0 is auto, as Ollama
     (["--max-ctx", "-5"], {}, "--max-ctx '-5'"),
 ])
 def test_bad_cli_settings_exit_2_before_loading_the_model(args, env, needle):
