@@ -417,7 +417,8 @@ class Settings(BaseModel):
         return str(v)
 
     def describe(self) -> list[dict[str, Any]]:
-        """One dict per setting: name, value (JSON-able), display, source (kind, name, raw),
+        """One dict per setting: name, value (JSON-able), display, source (kind, name, raw,
+        auto: the value given asked for auto),
         flags, env (variables, highest first) and description."""
         rows = []
         for name, field in type(self).model_fields.items():
@@ -584,7 +585,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def settings_report(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """JSON-able report for ``tqgguf env --json``: settings (value, source, flags,
+    """JSON-able report for ``tqgguf env --json``: settings (value, source with its auto flag, flags,
     variables, description), variables (value or None, description), unknown
     variables (``unknown_variables``: ``TQGGUF_*``, near-miss ``OLLAMA_*``) and, for each, the closest declared name (did_you_mean; None
     when none is close)."""
