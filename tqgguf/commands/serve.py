@@ -27,7 +27,7 @@ def _echo_err(line: str) -> None:
                    "default 4096].")
 @click.option("-np", "--parallel", "parallel", metavar="N", default=None,
               help="Parallel slots, batched together by llama-server, each with -c tokens of KV cache "
-                   "[env TQGGUF_NUM_PARALLEL, OLLAMA_NUM_PARALLEL; default 1].")
+                   "[env TQGGUF_NUM_PARALLEL, OLLAMA_NUM_PARALLEL (0 = auto: 1, as Ollama); default 1].")
 @click.option("--max-ctx", "max_ctx", metavar="N", default=None,
               help="Largest per-slot context a request's options.num_ctx may reload the model with "
                    "[env TQGGUF_MAX_CONTEXT_LENGTH; default 0 = the model's training context].")
