@@ -34,8 +34,15 @@ import aiohttp
 LOOPBACK = "127.0.0.1"
 #: Seconds a model may take to load before the start counts as failed.
 LOAD_TIMEOUT_S = 600.0
-#: Seconds between SIGTERM and SIGKILL when stopping a child.
+#: Seconds between SIGTERM and SIGKILL when stopping a child (an unload or a reload, once its
+#: requests have finished).
 STOP_GRACE_S = 10.0
+#: The same when ``tqgguf serve`` itself shuts down, after its requests' grace period: an idle
+#: llama-server exits ~35 ms after SIGTERM, but one in the middle of long prefills ignores it
+#: until its batches are done (three 6k-token prompts, q8_0/turbo4 on 2 CPU cores: still running
+#: 30 s after SIGTERM), which held the shutdown for the whole STOP_GRACE_S. Nothing is lost by
+#: killing it then: its requests have been answered with the shutdown's error.
+SHUTDOWN_STOP_S = 0.5
 
 #: llama-server's ``-b`` when none is given (``common_params::n_batch``, llama.cpp common/common.h);
 #: the context clamps it (``cparams.n_batch = min(n_ctx, n_batch)``, src/llama-context.cpp).
@@ -293,8 +300,15 @@ class Child:
         try:
             await asyncio.wait_for(asyncio.to_thread(self.proc.wait), grace)
         except asyncio.TimeoutError:
+            log.info("[%s] llama-server (pid %d) still running %.1f s after SIGTERM: killed", self.name, self.proc.pid,
+                     grace)
             self.proc.kill()
             await asyncio.to_thread(self.proc.wait)
+        except asyncio.CancelledError:
+            # never leave a child that ignores SIGTERM behind a waiting thread (the event loop's
+            # executor would wait for that thread at exit, forever)
+            self.proc.kill()
+            raise
 
     def kill_now(self) -> None:
         """Synchronous SIGKILL (last resort at interpreter exit)."""

@@ -5,7 +5,8 @@ The port is bound before the model is loaded, so "port in use" is reported at on
 uvicorn then listens on that socket. SIGINT/SIGTERM shut down gracefully: uvicorn stops
 listening, running requests get SHUTDOWN_GRACE_S to finish, those still running then end
 with the API's error (a final SSE ``error`` event / NDJSON ``{"error": ...}`` line once
-streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL), and the process
+streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL after
+``child.SHUTDOWN_STOP_S``: a llama-server busy with a long prefill ignores SIGTERM), and the process
 ends by the signal it got, once the children are stopped (``end_by_signal``: SIGTERM is
 re-raised, exit status 128+15 = 143 in a shell, -15 for Popen; SIGINT exits with 130, the
 shell's status for Ctrl-C, without click's "Aborted!"): the convention for "stopped on
@@ -33,7 +34,10 @@ from .runners import Manager, Runner, ServeConfig
 log = logging.getLogger("tqgguf.server")
 
 #: Seconds the requests still running at SIGTERM/SIGINT get to finish before they are ended
-#: with an error; uvicorn's own limit (after which it cancels them) is 5 s more.
+#: with an error and the children are stopped (killed ``child.SHUTDOWN_STOP_S`` after SIGTERM
+#: when busy). uvicorn's own limit, after which it cancels whatever still runs, is 1 s more.
+#: The process ends about SHUTDOWN_GRACE_S + 0.5 s after the signal, within a container
+#: runtime's default 10 s stop timeout.
 SHUTDOWN_GRACE_S = 5.0
 
 
@@ -260,7 +264,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
                 echo(line)
             app = create_app(manager)
             server = _server_class()(manager, uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
-                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5))
+                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 1))
             await server.serve(sockets=[sock])
             captured.extend(server._captured_signals)
         finally:

@@ -32,7 +32,8 @@ import aiohttp
 
 from ..config import Settings
 from ..runtime import training_context_warning
-from .child import LLAMA_DEFAULT_N_BATCH, Child, ChildError, ChildSpec, describe_exit, gpu_devices
+from .child import (LLAMA_DEFAULT_N_BATCH, SHUTDOWN_STOP_S, STOP_GRACE_S, Child, ChildError, ChildSpec, describe_exit,
+                    gpu_devices)
 from .modelfile import ModelFile
 
 log = logging.getLogger("tqgguf.server")
@@ -398,15 +399,16 @@ class Runner:
             client, self.client = self.client, None
             await client.close()
 
-    async def stop(self) -> None:
-        """Stop the child (waits for nothing: callers drain requests first)."""
+    async def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Stop the child: SIGTERM, SIGKILL after ``grace`` seconds (waits for no request:
+        callers drain requests first)."""
         child, self.child = self.child, None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
         await self._close_client()
         if child is not None:
-            await child.stop()
+            await child.stop(grace)
         self.state = "stopped"
 
     def status(self) -> dict[str, Any]:
@@ -439,6 +441,7 @@ class Manager:
         self._has_gpu: bool | None = None
         self.shutting_down = False  # set by begin_shutdown: no new requests
         self._cut_timer: asyncio.TimerHandle | None = None
+        self._stopping: asyncio.Future | None = None  # shutdown()'s stop of every child
 
     # -- shutdown ----------------------------------------------------------------------
 
@@ -447,7 +450,9 @@ class Manager:
         requests (Unavailable, a 503), let the running ones finish for ``grace`` seconds, then
         cut those still running by closing the connections to the children, so each ends
         with the API's error (a final error event or line once streaming) instead of a
-        silent cut. :meth:`shutdown` stops the children afterwards."""
+        silent cut, and stop the children (:data:`SHUTDOWN_STOP_S`): the process then ends
+        within about ``grace`` + 0.5 s, however busy the children are. With no request running,
+        :meth:`shutdown` stops them at once."""
         if self.shutting_down:
             return
         self.shutting_down = True
@@ -460,6 +465,7 @@ class Manager:
     async def _cut(self, grace: float, why: str) -> None:
         running = [r for r in self.runners.values() if r.active]
         if not running:
+            await self.shutdown()
             return
         log.warning("shutting down: cutting %d request(s) still running %.0f s after %s", sum(r.active for r in running),
                     grace, why)
@@ -471,6 +477,10 @@ class Manager:
                 resp.content.set_exception(aiohttp.ClientConnectionError(r.cut_reason))
                 resp.close()
             await r._close_client()  # requests waiting for a whole answer fail with ClientError
+        # a child busy with long prefills ignores SIGTERM until its batches are done: killed after
+        # SHUTDOWN_STOP_S, so that the process ends on time (uvicorn waits for the cut requests'
+        # answers, then the lifespan's shutdown finds the children stopped)
+        await self.shutdown()
 
     # -- names -------------------------------------------------------------------------
 
@@ -725,14 +735,17 @@ class Manager:
         return r
 
     async def shutdown(self) -> None:
-        """Stop every child."""
+        """Stop every child, all at once: SIGTERM, SIGKILL after :data:`SHUTDOWN_STOP_S`
+        (serve is ending; its requests have been answered or cut)."""
         if self._cut_timer is not None:
             self._cut_timer.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
-        for r in list(self.runners.values()):
-            await r.stop()
-        self.runners.clear()
+        if self._stopping is None:  # once; a later call (the lifespan's, serve's own) waits for the same
+            runners = list(self.runners.values())
+            self.runners.clear()
+            self._stopping = asyncio.ensure_future(asyncio.gather(*(r.stop(SHUTDOWN_STOP_S) for r in runners)))
+        await asyncio.shield(self._stopping)  # a cancelled caller (the cut's task) leaves it running
 
     def kill_all(self) -> None:
         """Synchronous last resort: SIGKILL every child."""
