@@ -141,6 +141,12 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     except ModelError as e:
         raise click.ClickException(str(e)) from None
     path = Path(path)
+    from ..models import NoVocabularyError, refuse_no_vocabulary
+
+    try:  # every request would abort llama-server (SIGABRT in llama_vocab::tokenize): refused here
+        refuse_no_vocabulary(path, "`tqgguf serve` tokenizes every request")
+    except NoVocabularyError as e:
+        raise click.ClickException(str(e)) from None
     if not alias:  # a registry name is its own alias; a file is named by its stem
         alias = path.stem if Path(model).expanduser().is_file() else model.strip().lower()
     from ..kvplan import GGUFReadError
