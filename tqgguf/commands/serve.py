@@ -73,6 +73,16 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                    f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
+    import os
+
+    from ..server.child import check_child_env
+
+    try:  # LLAMA_ARG_* variables reach llama-server; a few would cut serve off from it
+        check_child_env(dict(os.environ))
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
+
     from ..server.run import PortError, bind_socket, end_by_signal
 
     # fail on a taken port before any download or model load (serve() binds for real)

@@ -177,7 +177,14 @@ def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
         read_bufsize=1 << 20)
 
 
-_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device")
+#: The child's load lines kept in ``Runner.load_lines``: placement (buffers, layers per device), each KV
+#: cache as llama.cpp made it (size, cells, layers, types, rotation; tqgguf.runtime.parse_kv_report), and
+#: llama.cpp's own note that a LLAMA_ARG_* variable is overridden by a flag serve passes (common/arg.cpp).
+_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device"
+                             r"|llama_kv_cache(?:_iswa)?: (?:size =|attn_rot_|creating)"
+                             r"|environment variable is set, but will be overwritten")
+_OVERRIDDEN_ENV = re.compile(r"warn: (\S+) environment variable is set, but will be overwritten by command line "
+                             r"argument (\S+)")
 
 
 def offload_args(offload) -> list[str]:
@@ -256,6 +263,7 @@ class Runner:
         self.client: aiohttp.ClientSession | None = None  # to the child; see start()
         self._watch: asyncio.Task | None = None
         self.load = default_load(config)
+        self.starts = 0  # loads that became ready (the first, reloads, restarts)
         self.auto_threads: int | None = None  # the threads a child started without -t logged it runs with
         self.reload_reason = ""  # what the last reload for a request changed, e.g. "num_ctx 4096"
         self.cut_reason: str | None = None  # why the connections to the child were closed (shutdown)
@@ -383,6 +391,10 @@ class Runner:
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
         log.info("llama-server for %s ready in %.2f s (pid %d, port %d, %s)", self.model.name, self.load_seconds,
                  child.pid, child.port, what)
+        self.starts += 1
+        if self.kind == "chat" and (self.starts > 1 or self.model.path != self.config.model_path):
+            for line in self.kv_lines():  # the startup summary says them for the first load of the default model
+                log.info("%s: %s", self.model.name, line)
         self._watch = asyncio.create_task(self._supervise(child))
 
     async def _check_workers(self) -> None:
@@ -448,6 +460,46 @@ class Runner:
         if child is not None:
             await child.stop(grace)
         self.state = "stopped"
+
+    def kv_caches(self) -> list:
+        """Each KV cache of the child as llama.cpp reported it at load (tqgguf.runtime.KVCacheInfo:
+        cells per slot, layers, types, MiB, rotation; Gemma-3: the global one, then the
+        sliding-window one); [] before it loaded."""
+        from ..runtime import parse_kv_report
+
+        return parse_kv_report("\n".join(self.load_lines)).caches
+
+    def kv_lines(self) -> list[str]:
+        """The KV caches (:meth:`kv_caches`) and the rotation llama.cpp applied, as serve's log
+        says them: one line per cache, then the rotation (attn_rot_k / attn_rot_v as logged)."""
+        caches = self.kv_caches()
+        if not caches:
+            return []
+        out = []
+        for c in caches:
+            what = ("" if len(caches) == 1 else ", sliding-window layers" if c.swa else ", global layers")
+            streams = f" x {c.n_seq} slots" if c.n_seq > 1 else ""
+            per = " per slot" if c.n_seq > 1 else ""
+            note = (f" (the window: fewer than the {self.n_ctx} tokens of a slot's context)"
+                    if c.swa and c.cells < self.n_ctx else "")
+            out.append(f"KV cache (llama.cpp){what}: K {c.k_type} {c.k_mib:.2f} MiB + V {c.v_type} {c.v_mib:.2f} MiB "
+                       f"= {c.k_mib + c.v_mib:.2f} MiB, {c.cells} cells{per}{streams}{note}, {c.n_layers} layers")
+        rk = any(c.attn_rot_k for c in caches)
+        rv = any(c.attn_rot_v for c in caches)
+        flags = f"attn_rot_k = {int(rk)}, attn_rot_v = {int(rv)}"
+        applied = "K and V" if rk and rv else "K only" if rk else "V only" if rv else ""
+        rule = "llama.cpp rotates a quantized K or V cache whose head dim is a multiple of 64, never f16"
+        if applied:
+            out.append(f"rotation (llama.cpp): {applied} ({flags})" + ("" if rk and rv else f"; {rule}"))
+        else:
+            off = not self.config.settings.attn_rotation
+            out.append(f"rotation (llama.cpp): none ({flags}" + ("; rotation is off)" if off else f"; {rule})"))
+        return out
+
+    def overridden_env(self) -> dict[str, str]:
+        """The LLAMA_ARG_* variables llama-server said a flag of serve's overrides: name -> flag
+        (its own "will be overwritten by command line argument" warning at load)."""
+        return {m.group(1): m.group(2) for m in map(_OVERRIDDEN_ENV.search, self.load_lines) if m}
 
     def status(self) -> dict[str, Any]:
         c = self.child
