@@ -681,7 +681,8 @@ class Manager:
                 if resize:
                     changes.insert(0, f"num_ctx {n_ctx}")
                 back = (["num_ctx"] if resize and num_ctx is None else []) + \
-                    [c.split()[0] for c in changes if self._left_out(c.split()[0], load or {})]
+                    [c.split()[0] for c in changes
+                     if not c.startswith("num_ctx ") and self._left_out(c.split()[0], load or {})]
                 log.info("reloading %s with %s (was %s)%s: waiting for %d request(s) to finish", model.name,
                          ", ".join(changes), ", ".join(was),
                          f"; serve's settings for {', '.join(back)}, which the request does not set" if back else "",
