@@ -747,7 +747,7 @@ class Manager:
             if policy == "context" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
                 continue
             want = _layers(v, r.model.n_layer()) if k == "num_gpu" else v
-            if policy == "reload":
+            if policy == "reload" and r.kind == "chat":  # an embeddings child's batch is its context: compared below
                 with_v = dataclasses.replace(params, **{_LOAD_FIELD[k]: v})
                 if r.effective(k, with_v, n_ctx) == r.effective(k, base, n_ctx):
                     continue  # what serve's settings give anyway (-b clamped to the context, ...)
