@@ -55,13 +55,14 @@ def _serve_cmd(*args: str) -> list[str]:
 class Server:
     """A ``tqgguf serve`` subprocess; ``log()`` is its output so far."""
 
-    def __init__(self, model: str, tmp: Path, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, model: str, tmp: Path, *args: str, env: dict[str, str] | None = None,
+                 cwd: Path | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / f"serve-{self.port}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(_serve_cmd(model, "--port", str(self.port), "-t", "2", *args),
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env or _clean_env())
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env or _clean_env(), cwd=cwd)
         self.http = httpx.Client(base_url=self.url, timeout=180)
         self.oa = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", timeout=180, max_retries=0)
         self.ol = ollama.Client(host=self.url, timeout=180)
@@ -394,7 +395,7 @@ def test_ollama_load_options_equal_to_the_running_ones_are_accepted_others_reloa
             srv.ol.generate(model=ALIAS, prompt="hi", options={**opts, "num_predict": 2})
         assert ei.value.status_code == 400 and all(n in ei.value.error for n in needles), (opts, ei.value.error)
 
-    # a different num_batch reloads the model with it (-b), once; it stays until a request asks otherwise
+    # a different num_batch reloads the model with it (-b), once; requests that send it again keep it
     r = srv.http.post("/api/chat", json={"model": ALIAS, "messages": [{"role": "user", "content": "hi"}],
                                          "stream": False, "options": {"num_batch": 1024, "num_predict": 2}})
     assert r.status_code == 200, r.text
@@ -402,11 +403,17 @@ def test_ollama_load_options_equal_to_the_running_ones_are_accepted_others_reloa
     argv = _child_argv(srv)
     assert argv[argv.index("-b") + 1] == "1024"
     assert "reloading smollm2-135m with num_batch 1024 (was num_batch 2048)" in srv.log()
-    for opts in ({"num_batch": 1024}, {}):
-        r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
-                                                 "options": {**opts, "num_predict": 2}})
-        assert r.status_code == 200 and "x-tqgguf-reloaded" not in r.headers
-    assert srv.log().count("reloading ") == reloads_before + 1
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
+                                             "options": {"num_batch": 1024, "num_predict": 2}})
+    assert r.status_code == 200 and "x-tqgguf-reloaded" not in r.headers
+    # a request that leaves num_batch out gets serve's setting back, as Ollama fills in its defaults
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
+                                             "options": {"num_predict": 2}})
+    assert r.status_code == 200 and r.headers["x-tqgguf-reloaded"] == "num_batch 2048"
+    assert "-b" not in _child_argv(srv)
+    assert ("reloading smollm2-135m with num_batch 2048 (was num_batch 1024); serve's settings for num_batch, "
+            "which the request does not set") in srv.log()
+    assert srv.log().count("reloading ") == reloads_before + 2
 
 
 def test_keep_alive_zero_unloads_once_and_the_default_returns(srv):

@@ -350,6 +350,45 @@ def refuse_speed_only(path: str | os.PathLike, verb: str) -> None:
                          "it; time it with `tqgguf bench`")
 
 
+#: The GGUF key that names a model's tokenizer, and the values with which llama.cpp loads the
+#: model without a vocabulary (``llama_vocab::impl::load``, src/llama-vocab.cpp: "no_vocab" or
+#: "none" -> LLAMA_VOCAB_TYPE_NONE). Such a model loads and decodes token ids, but the first
+#: tokenization aborts the process (GGML_ASSERT(type != LLAMA_VOCAB_TYPE_NONE) in
+#: ``llama_vocab::tokenize``): SIGABRT, with nothing said.
+TOKENIZER_KEY = "tokenizer.ggml.model"
+NO_VOCABULARY = ("none", "no_vocab")
+
+
+class NoVocabularyError(ModelError):
+    """The GGUF has no vocabulary, and what was asked needs one (it tokenizes text)."""
+
+
+def vocabulary_error(path: str | os.PathLike, what: str,
+                     instead: str = "time this one with `tqgguf bench`, which feeds token ids") -> str | None:
+    """Why ``path`` cannot be used for ``what`` (a clause naming what tokenizes text:
+    "`tqgguf ppl` tokenizes its text"; ``instead``: the other way offered) because it has no vocabulary (:data:`TOKENIZER_KEY` is one of :data:`NO_VOCABULARY`), else None.
+    Reads the GGUF header only (arrays skipped: ``tqgguf.kvplan.read_header``, milliseconds;
+    gguf-py's ``GGUFReader`` reads the same key but builds every vocabulary array first, 3 s for
+    SmolLM2-135M and 12 s for Gemma-3-270M here). A file that is not a readable GGUF gives None
+    (the verb that opens it says why it fails)."""
+    try:
+        meta, _ = read_header(path)
+    except KVPlanError:
+        return None
+    model = meta.get(TOKENIZER_KEY)
+    if model not in NO_VOCABULARY:
+        return None
+    return (f"{Path(path).name} has no vocabulary ({TOKENIZER_KEY} = {model!r}), and {what}: llama.cpp would "
+            f"abort on the first tokenization; use a GGUF with its tokenizer (a converted model keeps the "
+            f"original's), or {instead}")
+
+
+def refuse_no_vocabulary(path: str | os.PathLike, what: str) -> None:
+    """Raise NoVocabularyError when ``path`` has no vocabulary (:func:`vocabulary_error`)."""
+    if (why := vocabulary_error(path, what)) is not None:
+        raise NoVocabularyError(why)
+
+
 def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log, for_quality: str | None = None) -> Path:
     """Turn a ``--model`` argument into a GGUF path.
 
@@ -359,7 +398,8 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
     ``shape:NAME[:WEIGHTS]`` returns :func:`shape_file` (written when missing if
     ``pull_missing``). ``for_quality``: the verb's name when the caller measures what the
     model predicts (ppl, sweep, mix); then a shape, or a file marked speed only, is refused
-    (:func:`refuse_speed_only`) before anything is written or loaded. Raises ModelError when
+    (:func:`refuse_speed_only`) before anything is written or loaded, and so is a file without
+    a vocabulary (:func:`refuse_no_vocabulary`: they tokenize text). Raises ModelError when
     ``arg`` is neither a file nor a known name (message lists the names), when a named model
     is missing and ``pull_missing`` is False, when pulling or writing fails, or for such a
     refusal.
@@ -368,6 +408,7 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
     if path.is_file():
         if for_quality:
             refuse_speed_only(path, for_quality)
+            refuse_no_vocabulary(path, f"`tqgguf {for_quality}` tokenizes its text")
         return path
     if arg.strip().lower().startswith(SHAPE_PREFIX):
         if for_quality:

@@ -75,6 +75,16 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                    f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
+    import os
+
+    from ..server.child import check_child_env
+
+    try:  # LLAMA_ARG_* variables reach llama-server; a few would cut serve off from it
+        check_child_env(dict(os.environ))
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
+
     from ..server.run import PortError, bind_socket, end_by_signal, listen_source
 
     # fail on a taken port before any download or model load (serve() binds for real)
@@ -153,6 +163,12 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     except ModelError as e:
         raise click.ClickException(str(e)) from None
     path = Path(path)
+    from ..models import NoVocabularyError, refuse_no_vocabulary
+
+    try:  # every request would abort llama-server (SIGABRT in llama_vocab::tokenize): refused here
+        refuse_no_vocabulary(path, "`tqgguf serve` tokenizes every request")
+    except NoVocabularyError as e:
+        raise click.ClickException(str(e)) from None
     if not alias:  # a registry name is its own alias; a file is named by its stem
         alias = path.stem if Path(model).expanduser().is_file() else model.strip().lower()
     from ..kvplan import GGUFReadError

@@ -4,7 +4,8 @@ Ollama's routes (``/api/...``) answer ``{"error": "message"}``; every other rout
 OpenAI's ``{"error": {"message", "type", "param", "code"}}``. :func:`add_error_handlers`
 maps every exception a route can raise to its status: a bad request (``RequestError``,
 400 or what it says), an unknown model (404), a context or load option the server cannot
-give (400), a model that is not running (503), one that failed to load (500), a child that
+give (400), a model that cannot be served at all (400: no vocabulary), a model that is
+not running (503), one that failed to load (500), a child that
 went away mid-request (:class:`ChildGone`: 502, or 503 while shutting down), a client that
 left (:class:`ClientLeft`: 499, which nobody reads), anything else (500, logged).
 :class:`BodyLimit` refuses an oversized body with a 413 before it is read, and a body
@@ -24,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..values import format_duration, format_size
 from .child import ChildError
 from .ollama import RequestError
-from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, Unavailable
+from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, ModelRefused, Unavailable
 
 log = logging.getLogger("tqgguf.server")
 
@@ -155,6 +156,10 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Unavailable)
     async def _unavailable(request: Request, exc: Unavailable):
         return error(request, 503, str(exc))
+
+    @app.exception_handler(ModelRefused)
+    async def _model_refused(request: Request, exc: ModelRefused):
+        return error(request, 400, str(exc), "model_not_supported", "model")
 
     @app.exception_handler(ChildError)
     async def _child_error(request: Request, exc: ChildError):

@@ -5,7 +5,8 @@ The port is bound before the model is loaded, so "port in use" is reported at on
 uvicorn then listens on that socket. SIGINT/SIGTERM shut down gracefully: uvicorn stops
 listening, running requests get SHUTDOWN_GRACE_S to finish, those still running then end
 with the API's error (a final SSE ``error`` event / NDJSON ``{"error": ...}`` line once
-streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL), and the process
+streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL after
+``child.SHUTDOWN_STOP_S``: a llama-server busy with a long prefill ignores SIGTERM), and the process
 ends by the signal it got, once the children are stopped (``end_by_signal``: SIGTERM is
 re-raised, exit status 128+15 = 143 in a shell, -15 for Popen; SIGINT exits with 130, the
 shell's status for Ctrl-C, without click's "Aborted!"): the convention for "stopped on
@@ -19,6 +20,7 @@ import contextlib
 import copy
 import errno
 import logging
+import os
 import re
 import signal
 import socket
@@ -29,13 +31,16 @@ from typing import Callable
 from ..config import MODELS_PER_GPU
 from ..values import format_duration, format_size
 from ..engine import GPUOffloadError
-from .child import gpu_devices
+from .child import child_env_args, gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
 log = logging.getLogger("tqgguf.server")
 
 #: Seconds the requests still running at SIGTERM/SIGINT get to finish before they are ended
-#: with an error; uvicorn's own limit (after which it cancels them) is 5 s more.
+#: with an error and the children are stopped (killed ``child.SHUTDOWN_STOP_S`` after SIGTERM
+#: when busy). uvicorn's own limit, after which it cancels whatever still runs, is 1 s more.
+#: The process ends about SHUTDOWN_GRACE_S + 0.5 s after the signal, within a container
+#: runtime's default 10 s stop timeout.
 SHUTDOWN_GRACE_S = 5.0
 
 
@@ -121,6 +126,17 @@ def runner_placement(runner: Runner) -> list[str]:
     except Exception:  # noqa: BLE001 - a placement we cannot compute is left out, never fatal
         return []
     cells = runner.n_ctx * s.num_parallel
+    caches = runner.kv_caches()
+    if any(c.swa for c in caches):
+        # the sliding-window layers hold fewer cells than the context (Gemma-3: 1024 a slot, not
+        # n_ctx): scale the rows so that the K and V totals are the MiB llama.cpp allocated, as
+        # every layer holding every cell would overstate them 2.7-5.2x (exact on one device; over
+        # several it takes the window layers as spread evenly)
+        for rows, side in ((k, "k_mib"), (v, "v_mib")):
+            full = cells * sum(rows) / (1 << 20)
+            got = sum(getattr(c, side) for c in caches)
+            if full > 0 and got > 0:
+                rows[:] = [r * got / full for r in rows]
     off = runner.config.offload
     # one device per worker, in --rpc order: RPC0, RPC1, ... (llama.cpp's names for them)
     names = {f"RPC{i}": str(ep) for i, ep in enumerate(parse_endpoints(off.rpc))} if off is not None and off.rpc else {}
@@ -149,9 +165,11 @@ def flash_attention_applied(lines: list[str]) -> str | None:
 
 
 def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> list[str]:
-    """The startup log: model, the llama-server child, effective K/V types, rotation,
-    K centering, flash attention, slots and context, threads, limits and keep-alive, each
-    with where the setting came from."""
+    """The startup log: model, the llama-server child, K/V types and rotation as set (each
+    with where the setting came from) and as llama.cpp applied them (each KV cache's cells and
+    MiB, the rotation flags: ``Runner.kv_lines``), K centering, flash attention, slots and
+    context, threads, the placement, every LLAMA_ARG_* variable that reaches the child (and
+    whether a flag of serve's overrides it), limits and keep-alive."""
     s = config.settings
     src = s.source
     m = runner.model
@@ -165,6 +183,7 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
              f"rotation: {'on' if s.attn_rotation else 'off'} (from {src('attn_rotation')}): "
              f"LLAMA_ATTN_ROT_DISABLE={config.engine_env.get('LLAMA_ATTN_ROT_DISABLE', '?')} in llama-server's "
              "environment"]
+    lines += runner.kv_lines()  # what llama.cpp made of them: each cache's cells and MiB, the rotation applied
     lines += config.engine_notes  # K centering (auto: what it chose and why), the layer plan
     fa = flash_attention_applied(runner.load_lines)
     lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})" +
@@ -180,6 +199,11 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     if config.offload is not None and config.offload.rpc:
         lines.append(f"rpc workers: {config.offload.rpc} (from {src('rpc')}); -sm {config.offload.split_mode}")
     lines += [f"placement: {x}" for x in runner_placement(runner)]
+    overridden = runner.overridden_env()
+    for name, value in child_env_args(dict(os.environ)).items():
+        what = (f"set, but serve's {overridden[name]} overrides it (llama-server's own warning)" if name in overridden
+                else "passed to llama-server")
+        lines.append(f"environment: {name}={value} ({what})")
     lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
                  f"({_from(src('max_loaded_models'))}" +
@@ -304,7 +328,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
                 echo(line)
             app = create_app(manager)
             server = _server_class()(manager, uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
-                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5))
+                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 1))
             await server.serve(sockets=[sock])
             captured.extend(server._captured_signals)
         finally:
