@@ -29,7 +29,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from .cachetypes import FLASH_ATTN_RULE, flash_attn_conflict
+from .cachetypes import FLASH_ATTN_RULE, MAX_SEQUENCES, flash_attn_conflict
 from .fsutil import cache_dir
 from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_pair
 from .values import (format_duration, format_size, parse_bool, parse_cache_type, parse_duration, parse_endpoints,
@@ -247,7 +247,7 @@ class Settings(BaseModel):
                                        lambda v: parse_int(v, MIN_CONTEXT, 1 << 24))] = Field(
         4096, description="context length in tokens, per slot")
     num_parallel: Annotated[int, Var((("num_parallel", "-np"),), ("TQGGUF_NUM_PARALLEL", "OLLAMA_NUM_PARALLEL"),
-                                     lambda v: parse_int(v, 1, 256))] = Field(
+                                     lambda v: parse_int(v, 1, MAX_SEQUENCES))] = Field(
         1, description="parallel request slots (each its own context and KV cache)")
     keep_alive: Annotated[float, Var((("keep_alive", "--keep-alive"),), ("TQGGUF_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE"),
                                      parse_duration)] = Field(
