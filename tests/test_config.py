@@ -146,7 +146,7 @@ def test_request_body_limit_sizes(text, size):
     ("OLLAMA_FLASH_ATTENTION", "enabled", "on, off, auto"),
     ("TQGGUF_CONTEXT_LENGTH", "4k", "integer"),
     ("OLLAMA_CONTEXT_LENGTH", "10", "from 64"),
-    ("TQGGUF_NUM_PARALLEL", "257", "from 0 to 256 (0 = auto"),
+    ("TQGGUF_NUM_PARALLEL", "1025", "from 0 to 1024 (0 = auto"),
     ("OLLAMA_MAX_LOADED_MODELS", "-1", "from 0 to 64 (0 = auto"),
     ("TQGGUF_BODY_TIMEOUT", "soon", "5m"),
     ("OLLAMA_NUM_PARALLEL", "two", "integer"),
@@ -382,7 +382,7 @@ def test_num_parallel_zero_is_auto_one_slot_as_ollama(var):
 def test_np_flag_zero_is_refused_as_llama_server_does_and_names_the_auto_variables():
     with pytest.raises(SettingsError) as ei:
         resolve_settings({"num_parallel": "0"}, {"OLLAMA_NUM_PARALLEL": "0"})
-    assert ei.value.errors == ["-np '0': out of range; allowed: an integer from 1 to 256 (as llama-server's -np; "
+    assert ei.value.errors == ["-np '0': out of range; allowed: an integer from 1 to 1024 (as llama-server's -np; "
                                "auto is the variable's 0: TQGGUF_NUM_PARALLEL=0 or OLLAMA_NUM_PARALLEL=0)"]
     # a flag that is good wins over the auto variable
     s = resolve_settings({"num_parallel": "2"}, {"OLLAMA_NUM_PARALLEL": "0"})

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from .cachetypes import FLASH_ATTN_RULE, flash_attn_conflict
+from .cachetypes import FLASH_ATTN_RULE, MAX_SEQUENCES, flash_attn_conflict
 from .fsutil import cache_dir
 from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_pair
 from .values import (HOST_ALLOWED, format_duration, format_size, parse_bool, parse_cache_type, parse_duration, parse_endpoints,
@@ -167,24 +167,23 @@ AUTO_NUM_PARALLEL = 1
 #: Models kept loaded per GPU for ``OLLAMA_MAX_LOADED_MODELS=0`` (auto): Ollama's
 #: ``defaultModelsPerGPU`` (server/sched.go, same commit), times the GPU count, 3 on the CPU.
 MODELS_PER_GPU = 3
-MAX_PARALLEL = 256
 MAX_LOADED_MODELS = 64
 
 
 def _num_parallel(value: Any) -> Any:
-    """A variable's slots: 1 to MAX_PARALLEL, or 0 = auto (as Ollama: AUTO_NUM_PARALLEL)."""
+    """A variable's slots: 1 to MAX_SEQUENCES, or 0 = auto (as Ollama: AUTO_NUM_PARALLEL)."""
     try:
-        n = parse_int(value, 0, MAX_PARALLEL)
+        n = parse_int(value, 0, MAX_SEQUENCES)
     except ValueError as e:
         raise ValueError(f"{e} (0 = auto, as in Ollama: {AUTO_NUM_PARALLEL})") from None
     return Auto(AUTO_NUM_PARALLEL) if n == 0 else n
 
 
 def _num_parallel_flag(value: Any) -> int:
-    """``-np``: 1 to MAX_PARALLEL. llama-server refuses ``-np 0``, and its ``-np -1`` (auto:
+    """``-np``: 1 to MAX_SEQUENCES. llama-server refuses ``-np 0``, and its ``-np -1`` (auto:
     4 slots in one unified KV cache) is not how serve sizes its slots (each its own -c)."""
     try:
-        return parse_int(value, 1, MAX_PARALLEL)
+        return parse_int(value, 1, MAX_SEQUENCES)
     except ValueError as e:
         raise ValueError(f"{e} (as llama-server's -np; auto is the variable's 0: "
                          f"TQGGUF_NUM_PARALLEL=0 or OLLAMA_NUM_PARALLEL=0)") from None
