@@ -62,7 +62,7 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
     "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
     "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
-    "TQGGUF_MODELS": "directory of downloaded models",
+    "TQGGUF_MODELS": "directory of tqgguf's downloaded test models",
     "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
     "TQGGUF_LLAMA_SERVER": "llama-server binary tqgguf serve runs (default: the one `tqgguf build` installed)",
     "TQGGUF_LLAMA_SERVER_PORT": "loopback port of serve's first llama-server child (0 = a free one; the "
@@ -77,7 +77,7 @@ VARIABLES: dict[str, str] = {
     "OLLAMA_CONTEXT_LENGTH": "Ollama's context length; used when TQGGUF_CONTEXT_LENGTH is unset",
     "OLLAMA_NUM_PARALLEL": "Ollama's parallel requests; used when TQGGUF_NUM_PARALLEL is unset",
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
-    "OLLAMA_MODELS": "Ollama's model directory; used when TQGGUF_MODELS is unset",
+    "OLLAMA_MODELS": "Ollama's model store (manifests/, blobs/; default ~/.ollama/models): its models are served by name",
     "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",
@@ -696,8 +696,13 @@ class Settings(BaseModel):
     keep_alive: Annotated[float, Var((("keep_alive", "--keep-alive"),), ("TQGGUF_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE"),
                                      parse_duration)] = Field(
         300.0, description="seconds an idle model stays loaded (-1 = forever, 0 = unload after each request)")
-    models: Annotated[Path, Var((), ("TQGGUF_MODELS", "OLLAMA_MODELS"), _models_dir)] = Field(
-        default_factory=default_models_dir, description="directory of downloaded models")
+    models: Annotated[Path, Var((), ("TQGGUF_MODELS",), _models_dir)] = Field(
+        default_factory=default_models_dir, description="directory of tqgguf's downloaded test models")
+    # Ollama's own store (manifests + blobs), read by tqgguf.ollama_store; never tqgguf's download
+    # directory: its layout is not a directory of GGUF files (envconfig.Models in Ollama's envconfig/config.go)
+    ollama_models: Annotated[Path, Var((), ("OLLAMA_MODELS",), _models_dir)] = Field(
+        default_factory=lambda: Path.home() / ".ollama" / "models",
+        description="Ollama's model store (manifests/ and blobs/), served by name")
 
     text: Annotated[Path | None, Var((("text", "-f"),), ("TQGGUF_TEXT",), _text_file)] = Field(
         None, description="evaluation text of ppl and sweep (unset: WikiText-2 test if found, else a built-in corpus)")
