@@ -69,15 +69,18 @@ class OllamaName:
         s = text.strip()
         if not s or "@" in s:
             return None
-        tag = ""
+        tag = None
         if s.rfind(":") > s.rfind("/"):
             s, tag = s.rsplit(":", 1)
+        if "://" in s:
+            s = s.split("://", 1)[1]
         parts = s.split("/")
         if len(parts) > 3:
             return None
-        host, namespace, model = [""] * (3 - len(parts)) + parts
-        host = host.split("://", 1)[-1]
-        n = cls(host or DEFAULT_HOST, namespace or DEFAULT_NAMESPACE, model, tag or DEFAULT_TAG)
+        host, namespace, model = [None] * (3 - len(parts)) + parts
+        # a part that is written but empty ("/abs", "m:") is invalid, as Ollama's cutPromised makes it
+        n = cls(DEFAULT_HOST if host is None else host, DEFAULT_NAMESPACE if namespace is None else namespace, model,
+                DEFAULT_TAG if tag is None else tag)
         for part, value in (("host", n.host), ("namespace", n.namespace), ("model", n.model), ("tag", n.tag)):
             pattern, most = _PARTS[part]
             if not (0 < len(value) <= most and re.fullmatch(pattern, value)):

@@ -27,7 +27,8 @@ class ModelFile:
 
     def names(self) -> set[str]:
         stem = self.path.stem
-        return {n.lower() for n in (self.name, self.tag, self.path.name, stem, f"{stem}:latest", str(self.path))}
+        return {n.lower() for n in (self.name, self.tag, self.name.removesuffix(":latest"), self.path.name, stem,
+                                    f"{stem}:latest", str(self.path))}
 
     def metadata(self) -> dict[str, Any]:
         """The GGUF's metadata keys (see :func:`read_gguf_metadata`), read once."""

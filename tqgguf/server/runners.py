@@ -305,8 +305,9 @@ class Runner:
         level = parts[1] if len(parts) > 2 and len(parts[1]) == 1 else "I"
         name = f"{self.model.name}{'/embed' if self.kind == 'embed' else ''}"
         if level == "E" and "exceeds the available context size" in line:
-            # a chat prompt longer than the context: the front truncates it and says so (routes_ollama.fit_messages)
-            log.debug("[llama-server %s] %s", name, line)
+            # a prompt longer than the context, a client's error: the Ollama routes then truncate it and say so
+            # (routes_ollama.fit_messages); the OpenAI routes pass the 400 on, as llama-server does
+            log.info("[llama-server %s] %s", name, line)
         elif level == "E":
             log.error("[llama-server %s] %s", name, line)
         elif "slot context shift" in line:  # a generation reached the end of its context and goes on (as Ollama)
