@@ -169,6 +169,10 @@ def request_options(body: dict, model: ModelFile, manager: Manager) -> tuple[dic
     return ol.options(body, defaults)
 
 
+def _padded(r: Runner) -> str:
+    return f"; num_ctx {r.n_ctx}, which llama.cpp pads to a multiple of 256" if r.slot_ctx != r.n_ctx else ""
+
+
 def _flag(body: dict, key: str) -> bool:
     """A request's ``truncate`` / ``shift`` (Ollama: true when absent); RequestError unless a boolean."""
     v = body.get(key, True)
@@ -236,11 +240,11 @@ async def fit_messages(count, msgs: list[dict], over: tuple[int, int], name: str
     if kept_tokens >= n_ctx:
         raise RequestError(400, f"the latest message alone makes a prompt of {kept_tokens} tokens (with the system "
                                 f"messages and the chat template), which does not fit the context of {n_ctx} tokens "
-                                f"(num_ctx); shorten it or raise num_ctx (the maximum: --max-ctx)")
+                                f"(num_ctx, as llama.cpp pads it); shorten it or raise num_ctx (the maximum: --max-ctx)")
     kept = start_at(lo)
     dropped = len(msgs) - len(kept)
     note = f"{dropped} of {len(msgs)} messages, {n_prompt - kept_tokens} of {n_prompt} tokens dropped"
-    log.warning("%s: the chat prompt (%d tokens, %d messages) is longer than the context (num_ctx %d): dropped the "
+    log.warning("%s: the chat prompt (%d tokens, %d messages) is longer than the context (%d tokens): dropped the "
                 "%d oldest non-system message(s), %d tokens, as Ollama truncates; kept %d message(s), %d tokens",
                 name, n_prompt, len(msgs), n_ctx, dropped, n_prompt - kept_tokens, len(kept), kept_tokens)
     return kept, note
@@ -288,7 +292,7 @@ async def api_chat(request: Request, manager: ManagerDep):
     try:
         if not shift:  # stop at the end of the context instead of shifting it
             n_prompt = await prompt_tokens(r, payload, payload["messages"])
-            payload["n_predict"] = max(1, min(payload["n_predict"], r.n_ctx - 1 - n_prompt))
+            payload["n_predict"] = max(1, min(payload["n_predict"], r.slot_ctx - 1 - n_prompt))
         try:
             result = await send()
         except RequestError as e:
@@ -438,19 +442,20 @@ async def api_generate(request: Request, manager: ManagerDep):
         toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
                                                      "parse_special": True}))["tokens"]
         full = list(context) + list(toks)
-        if truncate and len(full) > r.n_ctx - 1:
-            cut, keep = ol.truncate_tokens(full, r.n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
-            log.warning("%s: the prompt (%d tokens) is longer than the context (num_ctx %d): truncated to %d tokens as "
+        n_ctx = r.slot_ctx
+        if truncate and len(full) > n_ctx - 1:
+            cut, keep = ol.truncate_tokens(full, n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
+            log.warning("%s: the prompt (%d tokens) is longer than the context (%d tokens%s): truncated to %d tokens as "
                         "Ollama does, keeping the first %d (num_keep%s) and the latest %d; %d tokens dropped", name,
-                        len(full), r.n_ctx, len(cut), keep, " + BOS" if model.adds_bos() else "", len(cut) - keep,
-                        len(full) - len(cut))
+                        len(full), n_ctx, _padded(r), len(cut), keep, " + BOS" if model.adds_bos() else "",
+                        len(cut) - keep, len(full) - len(cut))
             headers["X-Tqgguf-Truncated"] = f"{len(full) - len(cut)} of {len(full)} tokens dropped"
             full = cut
         payload: dict[str, Any] = {"prompt": full, "stream": stream, "return_tokens": True, "cache_prompt": True,
                                    **sampling, **ol.logprob_fields(body, chat=False)}
         ol.bound_predict(payload, r.n_ctx)
         if not shift:  # stop at the end of the context instead of shifting it
-            payload["n_predict"] = max(1, min(payload["n_predict"], r.n_ctx - 1 - len(full)))
+            payload["n_predict"] = max(1, min(payload["n_predict"], n_ctx - 1 - len(full)))
         if (schema := ol.format_schema(body.get("format"))) is not None:
             payload["json_schema"] = schema
         if not stream:

@@ -137,7 +137,9 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     ctx_src = ("the model's Ollama parameters, PARAMETER num_ctx" if runner.n_ctx != s.context_length
                and m.params().get("num_ctx") else src('context_length'))
     lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
-                 f"each (from {ctx_src}; llama-server -c {runner.n_ctx * s.num_parallel})")
+                 f"each (from {ctx_src}; llama-server -c {runner.n_ctx * s.num_parallel}"
+                 + (f", which llama.cpp pads to {runner.slot_ctx} a slot" if runner.slot_ctx != runner.n_ctx else "")
+                 + ")")
     threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's default)"
     ngl = "auto" if config.n_gpu_layers is None else ("all" if config.n_gpu_layers < 0 else config.n_gpu_layers)
     lines.append(f"threads: {threads} (from {'flag -t' if config.n_threads else 'default'}); -ngl {ngl} "

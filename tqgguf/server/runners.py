@@ -231,6 +231,7 @@ class Runner:
         self.on_device = False  # a KV buffer of the child is on a device other than the CPU
         self.worker_down = False  # the last start failed because an RPC worker could not be used
         self.context_shift = kind == "chat"  # --context-shift; False when llama-server said it cannot shift here
+        self.n_ctx_slot: int | None = None  # each slot's context as llama-server reported it (n_ctx padded to 256s)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -246,6 +247,13 @@ class Runner:
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
                          env=self._engine_env(), port=self.port)
+
+    @property
+    def slot_ctx(self) -> int:
+        """Tokens a slot holds: what llama-server reported (``n_ctx_slot``: llama.cpp pads the
+        context to a multiple of 256, so num_ctx 128 holds 256), else ``n_ctx``. A prompt fits
+        when it is shorter than this; the context shift happens when a generation fills it."""
+        return self.n_ctx_slot or self.n_ctx
 
     def loaded_since(self, t0: float) -> float:
         """Seconds this runner took to load if it (re)started after ``t0`` (a request's
@@ -292,6 +300,8 @@ class Runner:
             raise ChildError(f"cannot load {self.model.name} with these settings: {e}") from e
 
     def _on_line(self, line: str) -> None:
+        if m := re.search(r"n_ctx_slot = (\d+)", line):  # the slot's real context: llama.cpp pads n_ctx to 256s
+            self.n_ctx_slot = int(m.group(1))
         if "ctx_shift is not supported" in line:  # llama-server turns the shift off for this model/cache
             self.context_shift = False
         if _PLACEMENT_LINE.search(line):
@@ -329,7 +339,7 @@ class Runner:
             raise
         await self._check_workers()
         self.load_lines, self.offloaded, self.on_device = [], None, False
-        self.context_shift = self.kind == "chat"
+        self.context_shift, self.n_ctx_slot = self.kind == "chat", None
         child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
