@@ -205,8 +205,8 @@ def test_a_long_generate_prompt_keeps_num_keep_and_the_latest_tokens(srv, wikite
 def test_generation_past_the_end_of_the_context_shifts_it_and_goes_on_to_num_predict(srv):
     # a prompt near the end of the context (a repeated line, which greedy decoding goes on repeating,
     # so no end-of-text cuts it short), and more tokens than are left
-    prompt = "Once upon a time, " + "the cat sat on the mat. " * 28
-    n_predict = 80
+    prompt = "Once upon a time, " + "the cat sat on the mat. " * 32
+    n_predict = 40
     body = {"model": "smol", "prompt": prompt, "raw": True, "stream": False,
             "options": {**GREEDY, "num_predict": n_predict}}
     before = srv.log().count("slot context shift")
