@@ -289,10 +289,15 @@ async def api_chat(request: Request, manager: ManagerDep):
             return await proxy.until_disconnect(request, proxy.call_ok(r, "/v1/chat/completions", payload))
         return await proxy.open_stream(r, "/v1/chat/completions", payload=payload)
 
-    try:
-        if not shift:  # stop at the end of the context instead of shifting it
+    wanted = payload["n_predict"]
+
+    async def no_shift() -> None:  # shift: false: stop at the end of the context instead of shifting it
+        if not shift:
             n_prompt = await prompt_tokens(r, payload, payload["messages"])
-            payload["n_predict"] = max(1, min(payload["n_predict"], r.slot_ctx - 1 - n_prompt))
+            payload["n_predict"] = max(1, min(wanted, r.slot_ctx - 1 - n_prompt))
+
+    try:
+        await no_shift()
         try:
             result = await send()
         except RequestError as e:
@@ -302,6 +307,7 @@ async def api_chat(request: Request, manager: ManagerDep):
             payload["messages"], note = await fit_messages(lambda m: prompt_tokens(r, payload, m),
                                                            payload["messages"], over, name)
             headers["X-Tqgguf-Truncated"] = note
+            await no_shift()
             result = await send()
         if not stream:
             data = result
