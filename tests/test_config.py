@@ -37,8 +37,6 @@ MATRIX = [
      2, 3, 4, 1),
     ("keep_alive", "keep_alive", "30s", "TQGGUF_KEEP_ALIVE", "1h", "OLLAMA_KEEP_ALIVE", "-1",
      30.0, 3600.0, -1.0, 300.0),
-    ("models", None, None, "TQGGUF_MODELS", "/tmp/tq-models", "OLLAMA_MODELS", "/tmp/ollama-models",
-     None, Path("/tmp/tq-models"), Path("/tmp/ollama-models"), None),
 ]
 
 
@@ -337,8 +335,9 @@ def test_models_dir_precedence_is_the_settings_models_field(tmp_path, monkeypatc
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path / "cache"))
     assert models.models_dir() == tmp_path / "cache" / "models" == resolve_settings({}).models
-    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
-    assert models.models_dir() == tmp_path / "ollama" == resolve_settings({}).models
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))  # Ollama's store, not tqgguf's downloads
+    assert models.models_dir() == tmp_path / "cache" / "models" == resolve_settings({}).models
+    assert resolve_settings({}).ollama_models == tmp_path / "ollama"
     monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "ours"))
     assert models.models_dir() == tmp_path / "ours" == resolve_settings({}).models
     (tmp_path / "file").write_text("x")

@@ -334,8 +334,13 @@ class Settings(BaseModel):
     keep_alive: Annotated[float, Var((("keep_alive", "--keep-alive"),), ("TQGGUF_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE"),
                                      parse_duration)] = Field(
         300.0, description="seconds an idle model stays loaded (-1 = forever, 0 = unload after each request)")
-    models: Annotated[Path, Var((), ("TQGGUF_MODELS", "OLLAMA_MODELS"), _models_dir)] = Field(
-        default_factory=default_models_dir, description="directory of downloaded models")
+    models: Annotated[Path, Var((), ("TQGGUF_MODELS",), _models_dir)] = Field(
+        default_factory=default_models_dir, description="directory of tqgguf's downloaded test models")
+    # Ollama's own store (manifests + blobs), read by tqgguf.ollama_store; never tqgguf's download
+    # directory: its layout is not a directory of GGUF files (envconfig.Models in Ollama's envconfig/config.go)
+    ollama_models: Annotated[Path, Var((), ("OLLAMA_MODELS",), _models_dir)] = Field(
+        default_factory=lambda: Path.home() / ".ollama" / "models",
+        description="Ollama's model store (manifests/ and blobs/), served by name")
 
     text: Annotated[Path | None, Var((("text", "-f"),), ("TQGGUF_TEXT",), _text_file)] = Field(
         None, description="evaluation text of ppl and sweep (unset: WikiText-2 test if found, else a built-in corpus)")

@@ -34,7 +34,7 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
     "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache); 0 = auto (1, as Ollama)",
     "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
-    "TQGGUF_MODELS": "directory of downloaded models",
+    "TQGGUF_MODELS": "directory of tqgguf's downloaded test models",
     "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
     "TQGGUF_LLAMA_SERVER": "llama-server binary tqgguf serve runs (default: the one `tqgguf build` installed)",
     "TQGGUF_LLAMA_SERVER_PORT": "loopback port of serve's first llama-server child (0 = a free one; the "
@@ -52,7 +52,7 @@ VARIABLES: dict[str, str] = {
     "OLLAMA_CONTEXT_LENGTH": "Ollama's context length; used when TQGGUF_CONTEXT_LENGTH is unset",
     "OLLAMA_NUM_PARALLEL": "Ollama's parallel requests; used when TQGGUF_NUM_PARALLEL is unset",
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
-    "OLLAMA_MODELS": "Ollama's model directory; used when TQGGUF_MODELS is unset",
+    "OLLAMA_MODELS": "Ollama's model store (manifests/, blobs/; default ~/.ollama/models): its models are served by name",
     "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",

@@ -169,8 +169,11 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         refuse_no_vocabulary(path, "`tqgguf serve` tokenizes every request")
     except NoVocabularyError as e:
         raise click.ClickException(str(e)) from None
-    if not alias:  # a registry name is its own alias; a file is named by its stem
-        alias = path.stem if Path(model).expanduser().is_file() else model.strip().lower()
+    if not alias:  # a registry name is its own alias, an Ollama model its shortest name; a file is named by its stem
+        from ..models import lookup
+
+        found = None if Path(model).expanduser().is_file() else lookup(model)
+        alias = path.stem if Path(model).expanduser().is_file() else found.name if found else model.strip().lower()
     from ..kvplan import GGUFReadError
 
     engine_env_for = _EngineEnv(settings, threads)

@@ -143,6 +143,10 @@ class ChildSpec:
                 a += ["--pooling", "mean"]
         else:
             a += ["-c", str(self.n_ctx * self.n_parallel), "-np", str(self.n_parallel)]
+            # as Ollama runs llama-server (appendContextShiftArgs in Ollama's llm/llama_server.go): a
+            # generation that reaches the end of the slot's context drops the older half of the tokens after
+            # n_keep and goes on; llama-server's own default is off (it stops with finish_reason length)
+            a += ["--context-shift"]
             if self.n_batch:
                 a += ["-b", str(self.n_batch)]
         if not self.use_mmap:

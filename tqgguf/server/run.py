@@ -175,7 +175,11 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     m = runner.model
     d = m.details()
     child = runner.child
-    lines = [f"model: {m.path.name} ({d['family']}{', ' + d['parameter_size'] if d['parameter_size'] else ''}) "
+    what = (f"{m.ollama.display} from Ollama's store ({m.path}; its Modelfile parameters are the requests' "
+            f"defaults: {', '.join(f'{k} {v}' for k, v in m.params().items()) or 'none'}; chats are formatted by the "
+            "GGUF's own chat template, as llama-server does, not by Ollama's Go template)") if m.ollama is not None \
+        else m.path.name
+    lines = [f"model: {what} ({d['family']}{', ' + d['parameter_size'] if d['parameter_size'] else ''}) "
              f"served as {m.name!r}",
              f"llama-server: {config.llama_server} (pid {child.pid if child else '?'}, loopback port "
              f"{child.port if child else '?'}) ready in {runner.load_seconds:.2f} s",
@@ -189,8 +193,12 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
     lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})" +
                  (f" -> {fa} (llama-server's log)" if fa else "" if s.flash_attention != "auto" else
                   " -> not reported by llama-server's log"))
+    ctx_src = ("the model's Ollama parameters, PARAMETER num_ctx" if runner.n_ctx != s.context_length
+               and m.params().get("num_ctx") else src('context_length'))
     lines.append(f"slots: {s.num_parallel} ({_from(src('num_parallel'))}), continuous batching, {runner.n_ctx} tokens "
-                 f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")
+                 f"each (from {ctx_src}; llama-server -c {runner.n_ctx * s.num_parallel}"
+                 + (f", which llama.cpp pads to {runner.slot_ctx} a slot" if runner.slot_ctx != runner.n_ctx else "")
+                 + ")")
     threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's own: every core)"
     ngl = "auto" if config.n_gpu_layers is None else ("all" if config.n_gpu_layers < 0 else config.n_gpu_layers)
     lines.append(f"threads: {threads} (from {'flag -t' if config.n_threads else 'default'}); -ngl {ngl} "
@@ -208,6 +216,11 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
                  f"({_from(src('max_loaded_models'))}" +
                  (f": {MODELS_PER_GPU} per GPU llama-server lists, {MODELS_PER_GPU} on the CPU)" if src('max_loaded_models').auto else ")"))
+    lines.append("context: as Ollama, a prompt longer than num_ctx is truncated (chat: the oldest messages, system "
+                 "messages kept; generate: the tokens after num_keep) and a generation that reaches the end of the "
+                 "context shifts it and goes on to num_predict (llama-server --context-shift"
+                 + ("" if runner.context_shift else "; not supported for this model, so it stops there") + "); "
+                 "a request's truncate: false / shift: false turns either off")
     wait = (f"at most {format_duration(s.body_timeout)} between its parts (from {src('body_timeout')}), "
             "else 408 and the connection closes" if s.body_timeout else f"no time limit (from {src('body_timeout')})")
     lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}), "
@@ -321,7 +334,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     async def main() -> None:
         manager = Manager(config)
         try:
-            echo(f"starting llama-server for {config.model_path.name}: {s.num_parallel} slot(s) of "
+            echo(f"starting llama-server for {config.alias}: {s.num_parallel} slot(s) of "
                  f"{s.context_length} tokens ...")
             runner = await manager.start()
             for line in startup_summary(config, manager, runner):

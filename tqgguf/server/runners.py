@@ -31,7 +31,7 @@ from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from ..config import Settings
+from ..config import MIN_CONTEXT, Settings
 from ..runtime import training_context_warning
 from .child import (LLAMA_DEFAULT_N_BATCH, SHUTDOWN_STOP_S, STOP_GRACE_S, Child, ChildError, ChildSpec, describe_exit,
                     gpu_devices)
@@ -273,6 +273,8 @@ class Runner:
         self.offloaded: int | None = None  # layers the child offloaded ("offloaded N/M layers to GPU")
         self.on_device = False  # a KV buffer of the child is on a device other than the CPU
         self.worker_down = False  # the last start failed because an RPC worker could not be used
+        self.context_shift = kind == "chat"  # --context-shift; False when llama-server said it cannot shift here
+        self.n_ctx_slot: int | None = None  # each slot's context as llama-server reported it (n_ctx padded to 256s)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -288,6 +290,13 @@ class Runner:
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
                          env=self._engine_env(), port=self.port)
+
+    @property
+    def slot_ctx(self) -> int:
+        """Tokens a slot holds: what llama-server reported (``n_ctx_slot``: llama.cpp pads the
+        context to a multiple of 256, so num_ctx 128 holds 256), else ``n_ctx``. A prompt fits
+        when it is shorter than this; the context shift happens when a generation fills it."""
+        return self.n_ctx_slot or self.n_ctx
 
     def loaded_since(self, t0: float) -> float:
         """Seconds this runner took to load if it (re)started after ``t0`` (a request's
@@ -337,6 +346,10 @@ class Runner:
             raise ChildError(f"cannot load {self.model.name} with these settings: {e}") from e
 
     def _on_line(self, line: str) -> None:
+        if m := re.search(r"n_ctx_slot = (\d+)", line):  # the slot's real context: llama.cpp pads n_ctx to 256s
+            self.n_ctx_slot = int(m.group(1))
+        if "ctx_shift is not supported" in line:  # llama-server turns the shift off for this model/cache
+            self.context_shift = False
         if _PLACEMENT_LINE.search(line):
             self.load_lines.append(line)
             if m := re.search(r"offloaded (\d+)/(\d+) layers", line):
@@ -347,8 +360,15 @@ class Runner:
         parts = line.split(" ", 2)
         level = parts[1] if len(parts) > 2 and len(parts[1]) == 1 else "I"
         name = f"{self.model.name}{'/embed' if self.kind == 'embed' else ''}"
-        if level == "E":
+        if level == "E" and "exceeds the available context size" in line:
+            # a prompt longer than the context, a client's error: the Ollama routes then truncate it and say so
+            # (routes_ollama.fit_messages); the OpenAI routes pass the 400 on, as llama-server does
+            log.info("[llama-server %s] %s", name, line)
+        elif level == "E":
             log.error("[llama-server %s] %s", name, line)
+        elif "slot context shift" in line:  # a generation reached the end of its context and goes on (as Ollama)
+            log.info("[llama-server %s] %s (the context was full: the oldest tokens after n_keep were dropped and "
+                     "generation goes on)", name, line)
         elif (level == "W" and " slot " not in line) or self.config.verbose:  # per-request slot notes: -v
             log.info("[llama-server %s] %s", name, line)
         else:
@@ -365,6 +385,7 @@ class Runner:
             raise
         await self._check_workers()
         self.load_lines, self.offloaded, self.on_device = [], None, False
+        self.context_shift, self.n_ctx_slot = self.kind == "chat", None
         child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
@@ -387,6 +408,10 @@ class Runner:
                         "(/api/chat, /v1/chat/completions, /api/generate without raw) are formatted as "
                         "llama-server's ChatML fallback, which this model may not follow; for a base model "
                         "send plain text (/v1/completions, or /api/generate with raw: true)", self.model.name)
+        if self.kind == "chat" and not self.context_shift:
+            log.warning("%s: llama-server cannot shift this model's context (it said so: ctx_shift is not supported), "
+                        "so a generation that reaches the end of num_ctx %d stops there (done_reason length), where "
+                        "Ollama would go on", self.model.name, self.n_ctx)
         self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
@@ -522,7 +547,7 @@ class Manager:
     def __init__(self, config: ServeConfig, resolve: Callable[[str], Path] | None = None):
         self.config = config
         self.settings = config.settings
-        self.default = ModelFile(config.alias, config.model_path)
+        self.default = ModelFile(config.alias, config.model_path, ollama=_ollama_entry(config.alias, config.model_path))
         self.models: dict[str, ModelFile] = {str(config.model_path): self.default}
         self.runners: dict[tuple[str, str], Runner] = {}
         self._resolve = resolve or _resolve_local
@@ -587,11 +612,17 @@ class Manager:
             # clients name models; they do not pick files on the server's disk
             raise ModelNotFound(f"model '{name}' not found; served: {', '.join(m.name for m in self.models.values())}; "
                                 "others by their `tqgguf models list` name")
+        found = _lookup(name.strip())
+        if found is not None:  # a downloaded registry model, a copy, or a model in Ollama's store
+            key = str(found.path)
+            if key not in self.models:
+                self.models[key] = ModelFile(found.name, found.path, ollama=found.ollama)
+            return self.models[key]
         path = self._resolve(name.strip())
         key = str(path)
         if key not in self.models:
             alias = name.strip().lower().removesuffix(":latest") if not Path(name).expanduser().is_file() else path.stem
-            self.models[key] = ModelFile(alias, path)
+            self.models[key] = ModelFile(alias, path, ollama=_ollama_entry(name, path))
         return self.models[key]
 
     def max_context(self, model: ModelFile) -> int:
@@ -847,7 +878,14 @@ class Manager:
 
     async def start(self) -> Runner:
         """Load the default model (startup). Raises ChildError with llama-server's message."""
-        r, _ = await self.runner(self.default)
+        n_ctx = self.default.params().get("num_ctx")  # an Ollama model's PARAMETER num_ctx, as requests will ask
+        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+            n_ctx = max(min(n_ctx, self.max_context(self.default)), MIN_CONTEXT)
+            log.info("%s: num_ctx %d from its Ollama parameters (the model's Modelfile PARAMETER num_ctx), as "
+                     "requests without options.num_ctx will ask", self.default.name, n_ctx)
+        else:
+            n_ctx = None
+        r, _ = await self.runner(self.default, num_ctx=n_ctx)
         ka = self.settings.keep_alive
         r.expires_at = None if ka < 0 else time.monotonic() + ka
         self._reaper = asyncio.create_task(self.reap())
@@ -871,6 +909,31 @@ class Manager:
         for r in self.runners.values():
             if r.child is not None:
                 r.child.kill_now()
+
+
+def _lookup(name: str):
+    """tqgguf.models.lookup, a store that cannot be read counting as no match (the resolver
+    then says what is known)."""
+    from ..models import ModelError, lookup
+
+    try:
+        return lookup(name)
+    except (ModelError, OSError) as e:
+        raise ModelNotFound(f"model '{name}' cannot be served: {e}") from None
+
+
+def _ollama_entry(name: str, path: Path):
+    """The Ollama store entry of a model served as ``name`` from ``path`` (by name, else by
+    blob), or None: where its parameters and system prompt come from."""
+    from .. import ollama_store
+
+    try:
+        m = ollama_store.find(name)
+        if m is not None and m.gguf.resolve() == Path(path).resolve():
+            return m
+        return ollama_store.find_by_blob(Path(path))
+    except (ollama_store.OllamaStoreError, OSError):
+        return None
 
 
 def _resolve_local(name: str) -> Path:
