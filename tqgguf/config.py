@@ -79,6 +79,10 @@ VARIABLES: dict[str, str] = {
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
     "OLLAMA_MODELS": "Ollama's model directory; used when TQGGUF_MODELS is unset",
     "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
+    "TQGGUF_ORIGINS": "browser origins tqgguf serve allows besides localhost, 127.0.0.1, 0.0.0.0 (any port), app://, "
+                      "file://, tauri://, vscode-webview:// and vscode-file:// (like OLLAMA_ORIGINS)",
+    "OLLAMA_ORIGINS": "Ollama's allowed browser origins (comma separated, '*' wildcards); used when TQGGUF_ORIGINS "
+                      "is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",
     "TQGGUF_REQUIRE_ENGINE": "tests: 1 makes a missing engine a failure instead of a skip",
@@ -544,6 +548,31 @@ def parse_split_mode(value: Any) -> str:
     return s
 
 
+#: What an allowed-origin entry without a ``*`` must start with: gin-contrib/cors's schemes, browser
+#: extensions included (Ollama allows them); Ollama refuses to start on any other entry.
+ORIGIN_SCHEMES = ("http://", "https://", "chrome-extension://", "safari-extension://", "moz-extension://",
+                  "ms-browser-extension://")
+
+
+def parse_origins(value: Any) -> tuple[str, ...]:
+    """``OLLAMA_ORIGINS``: comma-separated browser origins, each exact (``scheme://host[:port]``) or
+    with one ``*`` that matches any text (``chrome-extension://*``, ``https://*.example.com``);
+    ``*`` alone is every origin. ValueError, as Ollama refuses them (gin-contrib/cors), for more
+    than one ``*`` in an entry or an entry with neither a ``*`` nor one of :data:`ORIGIN_SCHEMES`."""
+    out = []
+    for raw in str(value).split(","):
+        e = raw.strip().strip("\"'")
+        if not e:
+            continue
+        if e.count("*") > 1:
+            raise ValueError(f"{e!r} has more than one '*' (one wildcard per origin, as in Ollama)")
+        if "*" not in e and not e.lower().startswith(ORIGIN_SCHEMES):
+            raise ValueError(f"{e!r} is not an origin; allowed: scheme://host[:port] with a scheme of "
+                             f"{', '.join(ORIGIN_SCHEMES)}, an entry with one '*' wildcard, or '*' for every origin")
+        out.append(e)
+    return tuple(out)
+
+
 def parse_tensor_split(value: Any) -> tuple[float, ...]:
     """``-ts`` value: proportions per device, separated by ``,`` or ``/`` as llama.cpp takes
     them (``3,1``, ``3/1``); each a finite number >= 0, not all 0. Whether the count matches
@@ -716,6 +745,9 @@ class Settings(BaseModel):
     # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
     # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
     # embedding batches (no images are served) while bounding what one request may hold in memory
+    origins: Annotated[tuple[str, ...], Var((), ("TQGGUF_ORIGINS", "OLLAMA_ORIGINS"), parse_origins)] = Field(
+        (), description="browser origins serve allows besides Ollama's defaults (localhost, 127.0.0.1, 0.0.0.0 with "
+                        "any port; app://, file://, tauri://, vscode-webview://, vscode-file://); '*' = every origin")
     max_request_body: Annotated[int, Var((), ("TQGGUF_MAX_REQUEST_BODY",), parse_size)] = Field(
         32 << 20, description="largest request body serve accepts, in bytes (larger: 413, read no further)")
 
@@ -762,6 +794,8 @@ class Settings(BaseModel):
             return format_duration(v)
         if name == "max_request_body":
             return format_size(v)
+        if name == "origins":
+            return ",".join(v) if v else "-"
         if name == "tensor_split":
             return ",".join(f"{x:g}" for x in v)
         if isinstance(v, bool):

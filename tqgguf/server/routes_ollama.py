@@ -31,6 +31,7 @@ from .dependencies import ManagerDep
 from .errors import json_body
 from .ollama import RequestError
 from .modelfile import ModelFile
+from .openai_api import drop_cut_character
 from .runners import Manager, Runner
 
 router = APIRouter()
@@ -58,20 +59,9 @@ def _tag_entry(m: ModelFile) -> dict:
             "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime)),
             "size": st.st_size, "digest": m.digest, "details": m.details()}
 
-def _available(manager: Manager) -> list[ModelFile]:
-    """The served models plus every registry model that is downloaded."""
-    from ..models import list_models as registry
-
-    out = list(manager.models.values())
-    known = {str(m.path) for m in out}
-    for row in registry():
-        if row.get("path") and row["path"] not in known:
-            out.append(ModelFile(row["name"], Path(row["path"])))
-    return out
-
 @router.get("/api/tags")
 async def tags(manager: ManagerDep):
-    return {"models": await asyncio.to_thread(lambda: [_tag_entry(m) for m in _available(manager)])}
+    return {"models": await asyncio.to_thread(lambda: [_tag_entry(m) for m in manager.available()])}
 
 @router.head("/api/tags")
 async def tags_head():
@@ -100,7 +90,7 @@ async def show(request: Request, manager: ManagerDep):
     m = manager.find(ol.model_name(body))
     md = await asyncio.to_thread(m.metadata)
     template = m.chat_template()
-    caps = ["completion"] + (["tools"] if "tools" in template else []) + \
+    caps = ["completion"] + (["tools"] if ol.supports_tools(template) else []) + \
         (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else [])
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
     return {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
@@ -154,7 +144,9 @@ async def api_chat(request: Request, manager: ManagerDep):
     payload.update(ol.think_fields(body, name, model.chat_template()))
     payload.update(ol.logprob_fields(body, chat=True))
     tool_names: set[str] = set()
-    if (t := ol.tools(body)) is not None:
+    if (t := ol.tools(body)):
+        if not ol.supports_tools(model.chat_template()):
+            raise RequestError(400, ol.no_tools(name))
         payload["tools"] = t
         tool_names = {x["function"].get("name") for x in t}
     if (schema := ol.format_schema(body.get("format"))) is not None:
@@ -171,7 +163,8 @@ async def api_chat(request: Request, manager: ManagerDep):
             data = await proxy.until_disconnect(request, proxy.call_ok(r, "/v1/chat/completions", payload))
             ch = (data.get("choices") or [{}])[0]
             msg = ch.get("message") or {}
-            out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+            out_msg: dict[str, Any] = {"role": "assistant",
+                                       "content": drop_cut_character(msg.get("content") or "", ch.get("finish_reason"))}
             if msg.get("reasoning_content"):
                 out_msg["thinking"] = msg["reasoning_content"]
             calls = msg.get("tool_calls") or (ol.tool_calls_from_text(out_msg["content"], tool_names)
@@ -310,7 +303,7 @@ async def api_generate(request: Request, manager: ManagerDep):
             payload["json_schema"] = schema
         if not stream:
             data = await proxy.until_disconnect(request, proxy.call_ok(r, "/completion", payload))
-            answer = data.get("content", "")
+            answer = drop_cut_character(data.get("content", ""), "length" if data.get("stop_type") == "limit" else None)
             res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
             if splits:
                 thinking, answer = ol.split_thinking(answer, text)

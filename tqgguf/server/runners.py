@@ -33,7 +33,7 @@ import aiohttp
 from ..config import Settings
 from ..runtime import training_context_warning
 from .child import LLAMA_DEFAULT_N_BATCH, Child, ChildError, ChildSpec, describe_exit, gpu_devices
-from .modelfile import ModelFile
+from .modelfile import POOLING_RANK, ModelFile
 
 log = logging.getLogger("tqgguf.server")
 
@@ -244,6 +244,7 @@ class Runner:
                          n_threads=self.load.n_threads, n_batch=self.load.n_batch, use_mmap=self.load.use_mmap,
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
+                         rerank=self.kind == "embed" and self.model.pooling_type() == POOLING_RANK,
                          env=self._engine_env(), port=self.port)
 
     def loaded_since(self, t0: float) -> float:
@@ -492,6 +493,19 @@ class Manager:
             alias = name.strip().lower().removesuffix(":latest") if not Path(name).expanduser().is_file() else path.stem
             self.models[key] = ModelFile(alias, path)
         return self.models[key]
+
+    def available(self) -> list[ModelFile]:
+        """Every model this server can serve, loaded or not (``/api/tags``, ``/v1/models``): the
+        served ones, then each downloaded registry model (``tqgguf models list``). Reads the
+        model directory: call it off the event loop."""
+        from ..models import list_models as registry
+
+        out = list(self.models.values())
+        known = {str(m.path) for m in out}
+        for row in registry():
+            if row.get("path") and row["path"] not in known:
+                out.append(ModelFile(row["name"], Path(row["path"])))
+        return out
 
     def max_context(self, model: ModelFile) -> int:
         """Largest per-slot context a request may ask for: TQGGUF_MAX_CONTEXT_LENGTH, else the
