@@ -316,3 +316,44 @@ def test_a_character_cut_by_max_tokens_is_dropped_streamed_and_not(srv):
                                                                      stream=True))
         assert o == o_streamed and "\ufffd" not in o
     assert texts[1] == "" and texts[3] and texts[3][-1] > "\u3000"  # k=3 ends in a whole Japanese character
+
+
+def test_chat_answer_holds_back_only_what_may_be_a_call_and_ends_a_demanded_one_early():
+    """The stream rewrite on its own, on llama-server's SSE lines (no server)."""
+    from tqgguf.server.openai_api import ChatAnswer
+
+    def line(content=None, finish=None):
+        delta = {} if content is None else {"content": content}
+        return ("data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n").encode()
+
+    def events(out: bytes) -> list:
+        return [json.loads(x[6:]) for x in out.decode().splitlines() if x.startswith("data: {")]
+
+    call = ['```json\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}\n', '```']
+    a = ChatAnswer({"get_weather"})
+    outs = [events(a.sse_line(line(p))) for p in call] + [events(a.sse_line(line(finish="stop")))]
+    assert all(not ev["choices"][0]["delta"].get("content") for o in outs for ev in o)  # nothing leaked as text
+    last = outs[-1]
+    (tc,) = last[0]["choices"][0]["delta"]["tool_calls"]
+    assert tc["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'} and tc["index"] == 0
+    assert last[-1]["choices"][0]["finish_reason"] == "tool_calls" and not a.finished
+
+    prose = ChatAnswer({"get_weather"})
+    assert events(prose.sse_line(line("It is")))[0]["choices"][0]["delta"]["content"] == "It is"
+    assert events(prose.sse_line(line(" {sunny}")))[0]["choices"][0]["delta"]["content"] == " {sunny}"
+
+    demanded = ChatAnswer({"get_weather"}, demanded=True)
+    demanded.sse_line(line('{"name": "get_weather", "arguments": '))
+    assert not demanded.finished
+    out = demanded.sse_line(line('{"city": "Paris"}}.json\n'))
+    assert demanded.finished and out.endswith(b"data: [DONE]\n")
+    assert events(out)[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # a whole answer: the U+FFFD of a cut character goes, a plain-JSON call becomes tool_calls
+    whole = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "".join(call)}},
+                         {"index": 1, "finish_reason": "length", "message": {"role": "assistant", "content": "これ\ufffd"}}]}
+    j = json.loads(ChatAnswer({"get_weather"}).body(json.dumps(whole).encode()))
+    assert j["choices"][0]["finish_reason"] == "tool_calls" and j["choices"][0]["message"]["content"] is None
+    assert j["choices"][1]["message"]["content"] == "これ"
+    untouched = json.dumps({"choices": [{"message": {"content": "plain"}, "finish_reason": "stop"}]}).encode()
+    assert ChatAnswer().body(untouched) is untouched
