@@ -172,7 +172,7 @@ def test_llama_servers_all_origins_warning_is_gone_and_its_child_sets_no_cors(sr
 
 
 def test_origins_setting_is_parsed_as_ollama_and_shown_by_env():
-    from tqgguf.config import parse_origins
+    from tqgguf.values import parse_origins
     from tqgguf.server.cors import DEFAULT_ORIGINS, origin_pattern
 
     assert parse_origins(" https://a.b ,'chrome-extension://*'") == ("https://a.b", "chrome-extension://*")
