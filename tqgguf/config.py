@@ -36,8 +36,8 @@ from .cachetypes import FLASH_ATTN_RULE, MAX_SEQUENCES, flash_attn_conflict
 from .fsutil import cache_dir
 from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_pair
 from .values import (HOST_ALLOWED, format_duration, format_size, parse_bool, parse_cache_type, parse_duration, parse_endpoints,
-                     parse_flash_attention, parse_gpu_layers, parse_host, parse_int, parse_k_center_setting, parse_port,
-                     parse_size, parse_split_mode, parse_tensor_split)
+                     parse_flash_attention, parse_gpu_layers, parse_host, parse_int, parse_k_center_setting,
+                     parse_origins, parse_port, parse_size, parse_split_mode, parse_tensor_split)
 from .variables import VARIABLES, closest_variable, unknown_variables
 
 DEFAULT_HOST = "127.0.0.1"
@@ -360,6 +360,9 @@ class Settings(BaseModel):
     # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
     # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
     # embedding batches (no images are served) while bounding what one request may hold in memory
+    origins: Annotated[tuple[str, ...], Var((), ("TQGGUF_ORIGINS", "OLLAMA_ORIGINS"), parse_origins)] = Field(
+        (), description="browser origins serve allows besides Ollama's defaults (localhost, 127.0.0.1, 0.0.0.0 with "
+                        "any port; app://, file://, tauri://, vscode-webview://, vscode-file://); '*' = every origin")
     max_request_body: Annotated[int, Var((), ("TQGGUF_MAX_REQUEST_BODY",), parse_size)] = Field(
         32 << 20, description="largest request body serve accepts, in bytes (larger: 413, read no further)")
 
@@ -414,6 +417,8 @@ class Settings(BaseModel):
             return format_size(v)
         if name == "max_loaded_models" and v == 0:
             return f"auto ({MODELS_PER_GPU} per GPU, {MODELS_PER_GPU} on the CPU)"
+        if name == "origins":
+            return ",".join(v) if v else "-"
         if name == "tensor_split":
             return ",".join(f"{x:g}" for x in v)
         if isinstance(v, bool):

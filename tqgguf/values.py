@@ -392,6 +392,31 @@ def parse_split_mode(value: Any) -> str:
     return s
 
 
+#: What an allowed-origin entry without a ``*`` must start with: gin-contrib/cors's schemes, browser
+#: extensions included (Ollama allows them); Ollama refuses to start on any other entry.
+ORIGIN_SCHEMES = ("http://", "https://", "chrome-extension://", "safari-extension://", "moz-extension://",
+                  "ms-browser-extension://")
+
+
+def parse_origins(value: Any) -> tuple[str, ...]:
+    """``OLLAMA_ORIGINS``: comma-separated browser origins, each exact (``scheme://host[:port]``) or
+    with one ``*`` that matches any text (``chrome-extension://*``, ``https://*.example.com``);
+    ``*`` alone is every origin. ValueError, as Ollama refuses them (gin-contrib/cors), for more
+    than one ``*`` in an entry or an entry with neither a ``*`` nor one of :data:`ORIGIN_SCHEMES`."""
+    out = []
+    for raw in str(value).split(","):
+        e = raw.strip().strip("\"'")
+        if not e:
+            continue
+        if e.count("*") > 1:
+            raise ValueError(f"{e!r} has more than one '*' (one wildcard per origin, as in Ollama)")
+        if "*" not in e and not e.lower().startswith(ORIGIN_SCHEMES):
+            raise ValueError(f"{e!r} is not an origin; allowed: scheme://host[:port] with a scheme of "
+                             f"{', '.join(ORIGIN_SCHEMES)}, an entry with one '*' wildcard, or '*' for every origin")
+        out.append(e)
+    return tuple(out)
+
+
 def parse_tensor_split(value: Any) -> tuple[float, ...]:
     """``-ts`` value: proportions per device, separated by ``,`` or ``/`` as llama.cpp takes
     them (``3,1``, ``3/1``); each a finite number >= 0, not all 0. Whether the count matches

@@ -54,6 +54,10 @@ VARIABLES: dict[str, str] = {
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
     "OLLAMA_MODELS": "Ollama's model store (manifests/, blobs/; default ~/.ollama/models): its models are served by name",
     "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
+    "TQGGUF_ORIGINS": "browser origins tqgguf serve allows besides localhost, 127.0.0.1, 0.0.0.0 (any port), app://, "
+                      "file://, tauri://, vscode-webview:// and vscode-file:// (like OLLAMA_ORIGINS)",
+    "OLLAMA_ORIGINS": "Ollama's allowed browser origins (comma separated, '*' wildcards); used when TQGGUF_ORIGINS "
+                      "is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",
     "TQGGUF_REQUIRE_ENGINE": "tests: 1 makes a missing engine a failure instead of a skip",

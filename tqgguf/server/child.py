@@ -48,6 +48,14 @@ SHUTDOWN_STOP_S = 0.5
 #: the context clamps it (``cparams.n_batch = min(n_ctx, n_batch)``, src/llama-context.cpp).
 LLAMA_DEFAULT_N_BATCH = 2048
 
+#: Set in every child's environment. CORS is the front's (``app``: Ollama's origins and
+#: ``OLLAMA_ORIGINS``); the child sits on loopback behind it, which passes no Origin header on
+#: and no Access-Control header back. "localhost" makes llama-server reflect loopback origins
+#: only, so it does not warn at every start that "CORS allows all origins" (its default, "*").
+#: An environment variable rather than ``--cors-origins``: a llama-server from before that
+#: option (``TQGGUF_LLAMA_SERVER``) ignores it instead of refusing to start.
+CHILD_ENV = {"LLAMA_ARG_CORS_ORIGINS": "localhost"}
+
 log = logging.getLogger("tqgguf.llama-server")
 
 # llama.cpp's common init logs the CPU threads it runs with: "llama threadpool init, n_threads = 4"
@@ -102,7 +110,8 @@ class ChildSpec:
     ``-t`` (None: llama-server's default, every core); n_batch: ``-b`` (None: llama-server's
     default, :data:`LLAMA_DEFAULT_N_BATCH`); use_mmap: False passes ``--no-mmap``; embedding:
     an embeddings-only child (``--embeddings``, mean pooling when the model declares none,
-    one slot, the whole context in one batch); env: variables added to the child's environment (the engine's
+    one slot, the whole context in one batch); rerank: an embeddings child of a reranking model
+    (``--pooling rank``, which llama-server's rerank routes need); env: variables added to the child's environment (the engine's
     switches: rotation, K centering); port: the loopback port (0: pick a free one).
     """
 
@@ -121,6 +130,7 @@ class ChildSpec:
     use_mmap: bool = True
     embedding: bool = False
     model_pooling: bool = False
+    rerank: bool = False
     env: dict[str, str] = field(default_factory=dict)
     port: int = 0
 
@@ -139,7 +149,9 @@ class ChildSpec:
         if self.embedding:
             # embeddings need the whole input in one ubatch; one slot is enough for them
             a += ["-c", str(self.n_ctx), "-np", "1", "-b", str(self.n_ctx), "-ub", str(self.n_ctx), "--embeddings"]
-            if not self.model_pooling:
+            if self.rerank:
+                a += ["--pooling", "rank"]
+            elif not self.model_pooling:
                 a += ["--pooling", "mean"]
         else:
             a += ["-c", str(self.n_ctx * self.n_parallel), "-np", str(self.n_parallel)]
@@ -254,7 +266,7 @@ class Child:
             self.port = self.spec.port
         else:
             self.port = free_port()
-        env = {**os.environ, **self.spec.env}
+        env = {**os.environ, **self.spec.env, **CHILD_ENV}
         argv = self.spec.argv(self.port)
         log.debug("starting: %s", " ".join(argv))
         try:

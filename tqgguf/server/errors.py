@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -57,6 +58,32 @@ def error(request: Request, status: int, message: str, code: str | None = None,
     return openai_error(status, message, code, param)
 
 
+#: llama-server's 500s that are the request's fault, by their message: (pattern, the 400's message).
+_CLIENT_FAULTS = (
+    # "input (700 tokens) is too large to process. increase the physical batch size (current batch size: 512)"
+    (re.compile(r"input \((\d+) tokens\) is too large to process.*batch size: (\d+)", re.S),
+     "an input has {0} tokens, more than the {1} tokens an embeddings batch holds here (the embeddings child "
+     "runs its whole context as one batch: the context length, -c / OLLAMA_CONTEXT_LENGTH, or options.num_ctx "
+     "on /api/embed); shorten the input or serve with a larger -c"),
+    # "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+    (re.compile(r"(image|audio|video) input is not supported"),
+     "this model does not take {0} input: it is served without a multimodal projector (--mmproj); send text "
+     "only, or serve a vision model with its --mmproj file"),
+)
+
+
+def upstream_error(status: int, message: str) -> tuple[int, str]:
+    """llama-server's error ``(status, message)`` as the client gets it: a 500 that is the request's
+    fault (:data:`_CLIENT_FAULTS`: an embeddings input longer than the batch, an image for a model
+    without a projector) as a 400 that says what the limit is and which setting changes it;
+    anything else unchanged."""
+    if status == 500:
+        for pattern, text in _CLIENT_FAULTS:
+            if m := pattern.search(message):
+                return 400, text.format(*m.groups())
+    return status, message
+
+
 async def json_body(request: Request) -> Any:
     """The request's JSON body; RequestError (400) when it is empty, not JSON or nested too deeply."""
     raw = await request.body()
@@ -68,6 +95,15 @@ async def json_body(request: Request) -> Any:
         raise RequestError(400, "the JSON body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+
+
+async def json_object(request: Request) -> tuple[bytes, dict]:
+    """The request's body as sent and parsed: ``(raw, body)``; RequestError (400) unless it is a
+    JSON object (:func:`json_body`)."""
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return await request.body(), body
 
 
 _timeout = getattr(asyncio, "timeout", None)

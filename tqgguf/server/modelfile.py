@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Any
 
 
+#: llama.cpp's pooling types (include/llama.h, enum llama_pooling_type), as GGUF stores them.
+POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
+POOLING_RANK = 4
+
+
 @dataclass
 class ModelFile:
     """A servable model: the name clients use and its GGUF, with the metadata the model
@@ -85,9 +90,17 @@ class ModelFile:
             return h // kv
         return None
 
-    def has_pooling(self) -> bool:
+    def pooling_type(self) -> int:
+        """llama.cpp's pooling type the GGUF declares (``{arch}.pooling_type``: 0 none, 1 mean,
+        2 cls, 3 last, 4 rank; 0 when absent)."""
         md = self.metadata()
-        return int(md.get(f"{md.get('general.architecture')}.pooling_type", 0) or 0) > 0
+        return int(md.get(f"{md.get('general.architecture')}.pooling_type", 0) or 0)
+
+    def pooling_name(self) -> str:
+        return POOLING_NAMES.get(self.pooling_type(), str(self.pooling_type()))
+
+    def has_pooling(self) -> bool:
+        return self.pooling_type() > 0
 
     def adds_bos(self) -> bool:
         """Whether the tokenizer puts a BOS token first (``tokenizer.ggml.add_bos_token``)."""

@@ -186,6 +186,19 @@ def supports_thinking(chat_template: str) -> bool:
     return any(m in chat_template for m in ("enable_thinking", "<think>", "reasoning_content", "thinking"))
 
 
+def supports_tools(chat_template: str) -> bool:
+    """True when the model's chat template renders tools (it reads a ``tools`` variable), Ollama's
+    ``tools`` capability (Ollama: the template uses ``.Tools``); without it a request with tools
+    gets Ollama's 400 "... does not support tools"."""
+    return "tools" in chat_template
+
+
+def no_tools(name: str) -> str:
+    """Ollama's refusal of tools for a model without them ("<model> does not support tools"; clients
+    look for that phrase), with the reason."""
+    return f"{name} does not support tools (its chat template has none)"
+
+
 def think_fields(body: dict, name: str, chat_template: str) -> dict[str, Any]:
     """llama-server fields for ``think``: a model without thinking gets Ollama's 400."""
     think = body.get("think")
@@ -289,21 +302,27 @@ def tool_calls_from_openai(calls: list[dict]) -> list[dict]:
     return out
 
 
-def tool_calls_from_text(text: str, tool_names: set[str]) -> list[dict] | None:
+def tool_calls_from_text(text: str, tool_names: set[str], *, leading: bool = False) -> list[dict] | None:
     """Tool calls a model wrote as plain JSON instead of in its template's tool-call
     syntax (Qwen2.5-Coder answers ``{"name": ..., "arguments": {...}}`` without the
     ``<tool_call>`` tags its template asks for), as Ollama's tool parser accepts them:
     one object or a list of objects, optionally in ``<tool_call>`` tags or a ```json
-    fence, each naming one of ``tool_names``. OpenAI-shaped calls, or None."""
+    fence, each naming one of ``tool_names``. With ``leading`` (a request that demands a
+    call: OpenAI's ``tool_choice`` "required" or a named function), the JSON value the text
+    starts with counts and what follows it is ignored (under llama-server's tool grammar
+    Qwen2.5-Coder writes the call, then runs on: ``{...}.json ```json ...``). OpenAI-shaped
+    calls, or None."""
     t = text.strip()
     for a, b in (("<tool_call>", "</tool_call>"), ("```json", "```"), ("```", "```")):
-        if t.startswith(a) and t.endswith(b) and len(t) >= len(a) + len(b):
-            t = t[len(a):len(t) - len(b)].strip()
+        if t.startswith(a) and (leading or (t.endswith(b) and len(t) >= len(a) + len(b))):
+            t = t[len(a):].strip()
+            if not leading:
+                t = t[:len(t) - len(b)].strip()
             break
     if not t.startswith(("{", "[")):
         return None
     try:
-        obj = json.loads(t)
+        obj = json.JSONDecoder().raw_decode(t)[0] if leading else json.loads(t)
     except ValueError:
         return None
     items = obj if isinstance(obj, list) else [obj]

@@ -27,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from .child import describe_exit
-from .errors import ChildGone, ClientLeft, openai_error
+from .errors import ChildGone, ClientLeft, openai_error, upstream_error
 from .ollama import RequestError
 from .runners import Manager, Runner
 
@@ -132,7 +132,7 @@ async def call_ok(r: Runner, path: str, payload: Any) -> Any:
     """:func:`call`'s parsed body; a RequestError with llama-server's status and message unless 200."""
     status, data = await call(r, path, payload)
     if status != 200:
-        raise RequestError(status, upstream_message(json.dumps(data).encode()))
+        raise RequestError(*upstream_error(status, upstream_message(json.dumps(data).encode())))
     return data
 
 
@@ -156,13 +156,17 @@ async def open_stream(r: Runner, path: str, content: bytes | None = None,
         except aiohttp.ClientError:
             data = b""
         resp.close()
-        raise RequestError(resp.status, upstream_message(data))
+        raise RequestError(*upstream_error(resp.status, upstream_message(data)))
     r.streams.add(resp)  # cut at shutdown (Manager.begin_shutdown); the stream's done() removes it
     return resp
 
 
 class Rewrite(Protocol):
-    """A change :func:`forward` makes to llama-server's answer (e.g. ``LegacyLogprobs``)."""
+    """A change :func:`forward` makes to llama-server's answer (e.g. ``LegacyLogprobs``,
+    ``openai_api.ChatAnswer``): ``body`` for a whole answer; ``sse_line`` for each line of a
+    stream when ``streams`` is true (else the stream is relayed as it comes)."""
+
+    streams: bool
 
     def body(self, data: bytes) -> bytes: ...
 
@@ -173,7 +177,8 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
                   rewrite: Rewrite | None = None) -> Response:
     """Send the client's bytes ``raw`` (parsed: ``body``, for ``model`` and ``stream``) to
     ``path`` of the model's ``kind`` runner and relay the answer unchanged — as a stream
-    when ``body["stream"]`` is true — through ``rewrite`` when given. The model is held
+    when ``body["stream"]`` is true — through ``rewrite`` when given; llama-server's 500s
+    that are the request's fault become 400s (``errors.upstream_error``). The model is held
     until the answer (or the stream) ends."""
     name = body.get("model") if isinstance(body.get("model"), str) else None
     stack = contextlib.AsyncExitStack()
@@ -194,12 +199,14 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
 
             async def relay() -> AsyncIterator[bytes]:
                 try:
-                    if rewrite is None:
+                    if rewrite is None or not rewrite.streams:
                         async for chunk in resp.content.iter_any():
                             yield chunk
                     else:
                         async for line in resp.content:
                             yield rewrite.sse_line(line)
+                            if getattr(rewrite, "finished", False):
+                                break  # the answer is complete; done() closes the stream, ending the generation
                 except aiohttp.ClientError:
                     err = {"error": {"message": gone_message(r), "type": "server_error",
                                      "code": 503 if r.cut_reason else 502}}
@@ -217,6 +224,10 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
                 data = await resp.read()
                 if rewrite is not None and resp.status == 200:
                     data = rewrite.body(data)
+                elif resp.status == 500:
+                    status, message = upstream_error(500, upstream_message(data))
+                    if status != 500:
+                        return openai_error(status, message)
                 return Response(data, status_code=resp.status,
                                 media_type=resp.headers.get("content-type", "application/json"))
 
@@ -228,13 +239,13 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
         await stack.aclose()
 
 
-async def forward_get(manager: Manager, name: str | None, path: str) -> Response:
-    """GET ``path`` of the model's chat runner and relay the answer unchanged."""
+async def forward_get(manager: Manager, name: str | None, path: str, query: dict[str, str] | None = None) -> Response:
+    """GET ``path`` (with ``query``) of the model's chat runner and relay the answer unchanged."""
     async with manager.use(name) as (r, _):
         if r.client is None:
             raise ChildGone(gone_message(r))
         try:
-            async with r.client.get(path) as resp:
+            async with r.client.get(path, params=query or None) as resp:
                 return Response(await resp.read(), status_code=resp.status,
                                 media_type=resp.headers.get("content-type", "text/plain"))
         except aiohttp.ClientError:

@@ -33,6 +33,7 @@ from .dependencies import ManagerDep
 from .errors import json_body
 from .ollama import RequestError
 from .modelfile import ModelFile
+from .openai_api import drop_cut_character
 from .runners import Manager, Runner
 
 router = APIRouter()
@@ -61,29 +62,9 @@ def _tag_entry(m: ModelFile) -> dict:
             "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime)),
             "size": m.size(), "digest": m.digest, "details": m.details()}
 
-def _available(manager: Manager) -> list[ModelFile]:
-    """The served models, then every downloaded registry model, every copy and every model in
-    Ollama's store (``tqgguf.models.list_models``), each name once."""
-    from ..models import ModelError, list_models, lookup
-
-    out = list(manager.models.values())
-    seen = {m.tag.lower() for m in out}
-    for row in list_models():
-        tag = row["name"] if ":" in row["name"] else f"{row['name']}:latest"
-        if not row.get("path") or tag.lower() in seen:
-            continue
-        try:
-            found = lookup(row["name"])
-        except ModelError:
-            continue
-        if found is not None:
-            seen.add(tag.lower())
-            out.append(ModelFile(row["name"], found.path, ollama=found.ollama))
-    return out
-
 @router.get("/api/tags")
 async def tags(manager: ManagerDep):
-    return {"models": await asyncio.to_thread(lambda: [_tag_entry(m) for m in _available(manager)])}
+    return {"models": await asyncio.to_thread(lambda: [_tag_entry(m) for m in manager.available()])}
 
 @router.head("/api/tags")
 async def tags_head():
@@ -112,7 +93,7 @@ async def show(request: Request, manager: ManagerDep):
     m = manager.find(ol.model_name(body))
     md = await asyncio.to_thread(m.metadata)
     template = m.chat_template()
-    caps = ["completion"] + (["tools"] if "tools" in template else []) + \
+    caps = ["completion"] + (["tools"] if ol.supports_tools(template) else []) + \
         (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else [])
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
     out = {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
@@ -270,7 +251,9 @@ async def api_chat(request: Request, manager: ManagerDep):
     payload.update(ol.think_fields(body, name, model.chat_template()))
     payload.update(ol.logprob_fields(body, chat=True))
     tool_names: set[str] = set()
-    if (t := ol.tools(body)) is not None:
+    if (t := ol.tools(body)):
+        if not ol.supports_tools(model.chat_template()):
+            raise RequestError(400, ol.no_tools(name))
         payload["tools"] = t
         tool_names = {x["function"].get("name") for x in t}
     if (schema := ol.format_schema(body.get("format"))) is not None:
@@ -313,7 +296,8 @@ async def api_chat(request: Request, manager: ManagerDep):
             data = result
             ch = (data.get("choices") or [{}])[0]
             msg = ch.get("message") or {}
-            out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+            out_msg: dict[str, Any] = {"role": "assistant",
+                                       "content": drop_cut_character(msg.get("content") or "", ch.get("finish_reason"))}
             if msg.get("reasoning_content"):
                 out_msg["thinking"] = msg["reasoning_content"]
             calls = msg.get("tool_calls") or (ol.tool_calls_from_text(out_msg["content"], tool_names)
@@ -466,7 +450,7 @@ async def api_generate(request: Request, manager: ManagerDep):
             payload["json_schema"] = schema
         if not stream:
             data = await proxy.until_disconnect(request, proxy.call_ok(r, "/completion", payload))
-            answer = data.get("content", "")
+            answer = drop_cut_character(data.get("content", ""), "length" if data.get("stop_type") == "limit" else None)
             res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
             if splits:
                 thinking, answer = ol.split_thinking(answer, text)

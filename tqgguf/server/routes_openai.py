@@ -1,13 +1,16 @@
 """The OpenAI API of ``tqgguf serve``: ``POST /v1/chat/completions``, ``/v1/completions``,
 ``/v1/embeddings`` passed through to the model's llama-server (:func:`~.proxy.forward`), and
-``GET /v1/models``, ``/v1/models/{id}``.
+``GET /v1/models`` (every model that can be served), ``/v1/models/{id}``.
 
-The request body goes to llama-server unchanged and its answer (streamed or not, errors
-included) comes back unchanged, so tools, ``response_format``/json_schema, logprobs and
-``n`` behave as llama-server has them. The ``model`` field picks the model (absent: the one
-``serve`` was started with). One rewrite: ``/v1/completions`` logprobs, which llama-server
+The request is validated as OpenAI validates it and its tools checked against the model's
+template (``openai_api``: 400s in OpenAI's shape); the body then goes to llama-server as sent
+(but for ``tool_choice``'s object form) and its answer (streamed or not, errors included)
+comes back as it is, so ``response_format``/json_schema, logprobs and ``n`` behave as
+llama-server has them. The ``model`` field picks the model (absent: the one ``serve`` was
+started with). The rewrites of the answer: ``/v1/completions`` logprobs, which llama-server
 gives in the chat shape, come back in OpenAI's legacy completions shape
-(:class:`LegacyLogprobs`).
+(:class:`LegacyLogprobs`); plain-JSON tool calls become ``tool_calls`` and a character cut by
+``max_tokens`` is dropped (``openai_api.ChatAnswer``).
 
 The pass-through routes are plain Starlette routes: FastAPI's endpoint layer (parameter
 analysis, dependency solving, response serialisation) does nothing for them but costs CPU
@@ -15,6 +18,7 @@ on every request, and a burst of requests pays it one after another.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -23,9 +27,10 @@ from fastapi.responses import Response
 
 from . import proxy
 from .dependencies import ManagerDep, manager_of
-from .errors import json_body
-from .ollama import RequestError
+from .errors import json_object
 from .modelfile import ModelFile
+from .openai_api import (ChatAnswer, ChatRequest, CompletionRequest, EmbeddingRequest, check_n, drop_cut_character,
+                         prepare_chat, validate)
 
 router = APIRouter()
 
@@ -44,6 +49,8 @@ class LegacyLogprobs:
     A token that ends inside a UTF-8 character advances the offset only when the character
     is complete.
     """
+
+    streams = True
 
     def __init__(self, prompt: Any):
         self.prompt = prompt
@@ -88,7 +95,9 @@ class LegacyLogprobs:
         for ch in j["choices"]:
             if isinstance(ch, dict):
                 self.convert(ch)
-        return json.dumps(j).encode()
+                if isinstance(ch.get("text"), str):
+                    ch["text"] = drop_cut_character(ch["text"], ch.get("finish_reason"))
+        return json.dumps(j, ensure_ascii=False).encode()
 
     def sse_line(self, line: bytes) -> bytes:
         """One SSE line converted (``data: {...}`` with choices); any other line unchanged."""
@@ -101,30 +110,35 @@ class LegacyLogprobs:
         return line if converted is payload else b"data: " + converted + b"\n"
 
 
-async def _forward(request: Request, path: str, kind: str) -> Response:
-    raw = await request.body()
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    # legacy completions with logprobs: llama-server answers in the chat shape; convert it
-    legacy = (LegacyLogprobs(body.get("prompt")) if path == "/v1/completions" and body.get("logprobs") not in
-              (None, False) else None)
-    return await proxy.forward(request, manager_of(request), raw, body, path, kind, legacy)
-
-
 async def chat_completions(request: Request) -> Response:
-    return await _forward(request, "/v1/chat/completions", "chat")
+    raw, body = await json_object(request)
+    req = validate(ChatRequest, body)
+    manager = manager_of(request)
+    model = manager.find(req.model)
+    new, answer = prepare_chat(body, req, model.name, model.chat_template(), manager.settings.num_parallel)
+    if new is not None:
+        raw, body = json.dumps(new).encode(), new
+    return await proxy.forward(request, manager, raw, body, "/v1/chat/completions", "chat", answer)
 
 
 async def completions(request: Request) -> Response:
-    return await _forward(request, "/v1/completions", "chat")
+    raw, body = await json_object(request)
+    req = validate(CompletionRequest, body)
+    manager = manager_of(request)
+    check_n(req.n, manager.settings.num_parallel)
+    # legacy completions with logprobs: llama-server answers in the chat shape; convert it
+    rewrite = LegacyLogprobs(body.get("prompt")) if body.get("logprobs") not in (None, False) else ChatAnswer()
+    return await proxy.forward(request, manager, raw, body, "/v1/completions", "chat", rewrite)
 
 
 async def embeddings(request: Request) -> Response:
-    return await _forward(request, "/v1/embeddings", "embed")
+    raw, body = await json_object(request)
+    validate(EmbeddingRequest, body)
+    return await proxy.forward(request, manager_of(request), raw, body, "/v1/embeddings", "embed")
 
 
 router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+router.add_route("/chat/completions", chat_completions, methods=["POST"])  # llama-server's alias
 router.add_route("/v1/completions", completions, methods=["POST"])
 router.add_route("/v1/embeddings", embeddings, methods=["POST"])
 
@@ -135,7 +149,8 @@ def _openai_model(m: ModelFile) -> dict:
 
 @router.get("/v1/models")
 async def list_models(manager: ManagerDep):
-    return {"object": "list", "data": [_openai_model(m) for m in manager.models.values()]}
+    """Every model this server can serve (as ``/api/tags`` lists them), loaded or not."""
+    return {"object": "list", "data": await asyncio.to_thread(lambda: [_openai_model(m) for m in manager.available()])}
 
 
 @router.get("/v1/models/{model_id:path}")

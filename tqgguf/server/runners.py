@@ -35,7 +35,7 @@ from ..config import MIN_CONTEXT, Settings
 from ..runtime import training_context_warning
 from .child import (LLAMA_DEFAULT_N_BATCH, SHUTDOWN_STOP_S, STOP_GRACE_S, Child, ChildError, ChildSpec, describe_exit,
                     gpu_devices)
-from .modelfile import ModelFile
+from .modelfile import POOLING_RANK, ModelFile
 
 log = logging.getLogger("tqgguf.server")
 
@@ -289,6 +289,7 @@ class Runner:
                          n_threads=self.load.n_threads, n_batch=self.load.n_batch, use_mmap=self.load.use_mmap,
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
+                         rerank=self.kind == "embed" and self.model.pooling_type() == POOLING_RANK,
                          env=self._engine_env(), port=self.port)
 
     @property
@@ -624,6 +625,28 @@ class Manager:
             alias = name.strip().lower().removesuffix(":latest") if not Path(name).expanduser().is_file() else path.stem
             self.models[key] = ModelFile(alias, path, ollama=_ollama_entry(name, path))
         return self.models[key]
+
+    def available(self) -> list[ModelFile]:
+        """Every model this server can serve, loaded or not (``/api/tags``, ``/v1/models``): the
+        served ones, then every downloaded registry model, every copy and every model in
+        Ollama's store (``tqgguf.models.list_models``), each name once. Reads the model
+        directories: call it off the event loop."""
+        from ..models import ModelError, list_models, lookup
+
+        out = list(self.models.values())
+        seen = {m.tag.lower() for m in out}
+        for row in list_models():
+            tag = row["name"] if ":" in row["name"] else f"{row['name']}:latest"
+            if not row.get("path") or tag.lower() in seen:
+                continue
+            try:
+                found = lookup(row["name"])
+            except ModelError:
+                continue
+            if found is not None:
+                seen.add(tag.lower())
+                out.append(ModelFile(row["name"], found.path, ollama=found.ollama))
+        return out
 
     def max_context(self, model: ModelFile) -> int:
         """Largest per-slot context a request may ask for: TQGGUF_MAX_CONTEXT_LENGTH, else the

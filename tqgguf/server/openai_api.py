@@ -1,0 +1,359 @@
+"""OpenAI's API on top of llama-server: what ``routes_openai`` checks and changes on the way.
+
+The body goes to llama-server as the client sent it, but for what is checked and changed here:
+
+- **Validation** (:func:`validate`, pydantic models :class:`ChatRequest`,
+  :class:`CompletionRequest`, :class:`EmbeddingRequest`): the fields OpenAI types and bounds,
+  with OpenAI's ranges (:data:`RANGES`: ``temperature`` 0–2, ``top_p`` 0–1, ``max_tokens`` from
+  1, ``n`` from 1, penalties −2–2, ``top_logprobs`` 0–20), ``messages`` non-empty, ``tools`` a
+  list of functions, ``tool_choice`` in OpenAI's forms, an embeddings ``input`` of text or
+  token ids. A bad field is a 400 in OpenAI's error shape, ``param`` naming it (llama-server
+  accepts ``temperature: -1`` and ``messages: []``, and answers some bad types with a 500).
+  Fields OpenAI does not define (llama-server's own: ``ignore_eos``, ``cache_prompt``,
+  ``grammar``, ...) pass unchecked.
+- **Tools** (:func:`prepare_chat`): a model whose chat template has no tools gets Ollama's 400
+  (``smollm2-135m does not support tools``) for ``tools`` unless ``tool_choice`` is
+  ``"none"``; the object form ``{"type": "function", "function": {"name": N}}``, which
+  llama-server does not read, becomes ``"required"`` over that one tool (what OpenAI's form
+  means); ``n`` above the slots is a 400 naming ``-np``.
+- **Tool calls a model writes as plain JSON** (:class:`ChatAnswer`): Qwen2.5-Coder answers
+  ``{"name": ..., "arguments": ...}`` (often in a ```json fence) instead of the ``<tool_call>``
+  tags its template asks for, so llama-server's parser returns it as content; it is turned
+  into ``tool_calls`` when it names an offered tool, as Ollama's parser accepts it and
+  ``/api/chat`` does (``ollama.tool_calls_from_text``), streamed too (text that may be a call
+  is held back until it is known not to be one).
+- **A character cut by max_tokens** (:func:`drop_cut_character`): llama-server's non-streamed
+  answer ends in U+FFFD where the last token ended inside a UTF-8 character, its stream drops
+  those bytes; both drop them here, as Ollama's runner does (``flushPending`` trims the
+  incomplete bytes), so one request's answer is the same text either way.
+
+llama-server's 500s that are the request's fault (an embeddings input longer than the batch, an
+image for a model without a projector) become 400s in ``errors.upstream_error``, for both APIs.
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .ollama import RequestError, no_tools, supports_tools, tool_calls_from_text
+
+#: The largest max_tokens llama-server can take: its n_predict is a 32-bit int (a larger
+#: value wraps to a negative one, "got -2147483648").
+INT32_MAX = (1 << 31) - 1
+
+#: OpenAI's bounds for the numeric request fields (its API reference), inclusive; one place, used
+#: by the models below and by their error messages. max_tokens' top is llama-server's.
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2),
+    "max_tokens": (1, INT32_MAX), "max_completion_tokens": (1, INT32_MAX), "n": (1, 128), "top_logprobs": (0, 20),
+}
+
+
+def _num(name: str, kind: type = float) -> Any:
+    lo, hi = RANGES[name]
+    return Annotated[kind | None, Field(None, strict=True, ge=lo, le=hi)]
+
+
+class _Open(BaseModel):
+    """Fields OpenAI does not define pass (llama-server has many of its own)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Function(_Open):
+    name: Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    description: Annotated[str | None, Field(None, strict=True)]
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Open):
+    type: Literal["function"] = "function"
+    function: Function
+
+
+class Message(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class _Sampling(_Open):
+    model: Annotated[str | None, Field(None, strict=True)]
+    stream: Annotated[bool | None, Field(None, strict=True)]
+    temperature: _num("temperature")
+    top_p: _num("top_p")
+    presence_penalty: _num("presence_penalty")
+    frequency_penalty: _num("frequency_penalty")
+    n: _num("n", int)
+    seed: Annotated[int | None, Field(None, strict=True)]
+    stop: str | list[str] | None = None
+
+
+class ChatRequest(_Sampling):
+    """``POST /v1/chat/completions``: the fields OpenAI types and bounds."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_tokens: _num("max_tokens", int)
+    max_completion_tokens: _num("max_completion_tokens", int)
+    logprobs: Annotated[bool | None, Field(None, strict=True)]
+    top_logprobs: _num("top_logprobs", int)
+    tools: list[Tool] | None = None
+    tool_choice: Any = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if (isinstance(v, dict) and v.get("type") == "function" and isinstance(v.get("function"), dict)
+                and isinstance(v["function"].get("name"), str)):
+            return v
+        raise ValueError('must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``: as :class:`ChatRequest`; ``max_tokens`` may be 0 here (the legacy
+    API's echo of the prompt alone)."""
+
+    prompt: Any = None
+    max_tokens: Annotated[int | None, Field(None, strict=True, ge=0, le=INT32_MAX)]
+    logprobs: Any = None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _logprobs(cls, v: Any) -> Any:
+        if v is None or isinstance(v, bool) or (isinstance(v, int) and 0 <= v <= 20):
+            return v
+        raise ValueError("must be the number of most likely tokens to return, 0 to 20")
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, v: Any) -> Any:
+        if _text_or_tokens(v):
+            return v
+        raise ValueError("must be a string, a list of strings, a list of token ids or a list of such lists")
+
+
+class EmbeddingRequest(_Open):
+    """``POST /v1/embeddings``: ``input`` is text, a list of texts, token ids or lists of them."""
+
+    model: Annotated[str | None, Field(None, strict=True)]
+    input: Any
+    encoding_format: Literal["float", "base64"] | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, v: Any) -> Any:
+        if _text_or_tokens(v) and v != [] and v != "":
+            return v
+        raise ValueError("must be a non-empty string, a list of strings, a list of token ids or a list of such "
+                         "lists")
+
+
+def _ids(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def _text_or_tokens(v: Any) -> bool:
+    return (isinstance(v, str) or _ids(v) or
+            (isinstance(v, list) and (all(isinstance(s, str) for s in v) or all(_ids(s) and s for s in v))))
+
+
+def _param(loc: tuple) -> str:
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def validate(model: type[BaseModel], body: dict) -> BaseModel:
+    """``body`` checked against ``model``; RequestError(400) in OpenAI's terms for the first bad
+    field: ``Invalid 'temperature': 5 is out of range; allowed: 0 to 2``, ``param`` the field's
+    path (``messages``, ``tools[0].function.name``)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = tuple(err["loc"])
+        param = _param(loc) or "body"
+        kind, given = err["type"], err.get("input")
+        if kind in ("greater_than_equal", "less_than_equal") and loc and loc[-1] in RANGES:
+            lo, hi = RANGES[str(loc[-1])]
+            if isinstance(lo, int) and isinstance(hi, int) and hi == INT32_MAX:
+                allowed = f"{lo} to {hi} (llama-server's n_predict is a 32-bit int; generation also ends where " \
+                          "the context is full)"
+            else:
+                allowed = f"{lo:g} to {hi:g}"
+            if loc[-1] == "n":
+                allowed += " (and at most the server's slots, -np)"
+            msg = f"Invalid '{param}': {json.dumps(given)} is out of range; allowed: {allowed}"
+        elif kind == "greater_than_equal":  # completions' max_tokens
+            msg = f"Invalid '{param}': {json.dumps(given)} is below the minimum {err['ctx']['ge']}"
+        elif kind == "too_short" and param == "messages":
+            msg = "Invalid 'messages': empty array; expected at least one message"
+        elif kind == "missing":
+            msg = f"Missing required parameter: '{param}'"
+        else:
+            text = err["msg"].removeprefix("Value error, ")
+            shown = json.dumps(given)[:80] if isinstance(given, (str, int, float, bool, list, dict)) or given is None \
+                else repr(given)[:80]
+            msg = f"Invalid '{param}': {text[:1].lower() + text[1:]} (got {shown})"
+        raise RequestError(400, msg, param=param, code="invalid_value" if kind != "missing" else "missing_required")
+
+
+def check_n(n: int | None, n_parallel: int) -> None:
+    """RequestError(400) for ``n`` choices above the ``n_parallel`` slots: llama-server runs each
+    choice in a slot of its own (its message, "Value must be between 1 <= value <= 1", names
+    neither ``-np`` nor the variable)."""
+    if n is not None and n > n_parallel:
+        raise RequestError(400, f"Invalid 'n': {n} choices need {n} slots and this server runs {n_parallel} "
+                                f"(-np / OLLAMA_NUM_PARALLEL); allowed: 1 to {n_parallel}, or serve with a larger -np",
+                           param="n", code="invalid_value")
+
+
+def prepare_chat(body: dict, req: ChatRequest, model_name: str, chat_template: str,
+                 n_parallel: int) -> tuple[dict | None, ChatAnswer]:
+    """What a valid chat request needs before it goes to llama-server: ``(new_body, answer)``:
+    ``new_body`` is None when the client's bytes can go unchanged, else the body to send
+    (``tool_choice``'s object form as ``"required"`` over that one tool; tools dropped with
+    ``tool_choice: "none"`` for a template without tools); ``answer`` the :class:`ChatAnswer`
+    rewrite, with the offered tools whose plain-JSON calls it recognises (none with
+    ``tool_choice`` "none") and whether a call is demanded ("required", a named function).
+
+    RequestError(400): ``n`` above ``n_parallel`` (llama-server runs each choice in a slot),
+    tools for a template without them, a named tool that is not offered.
+    """
+    check_n(req.n, n_parallel)
+    tools, choice = req.tools or [], req.tool_choice
+    if not tools:
+        if isinstance(choice, dict) or choice == "required":
+            raise RequestError(400, f"Invalid 'tool_choice': {json.dumps(choice)} needs 'tools'", param="tool_choice",
+                               code="invalid_value")
+        return None, ChatAnswer()
+    if not supports_tools(chat_template):
+        if choice == "none":
+            return {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}, ChatAnswer()
+        raise RequestError(400, f"{no_tools(model_name)}; send the request without tools, or with tool_choice "
+                                "\"none\"", param="tools", code="invalid_value")
+    names = [t.function.name for t in tools]
+    if isinstance(choice, dict):
+        want = choice["function"]["name"]
+        if want not in names:
+            raise RequestError(400, f"Invalid 'tool_choice': function {want!r} is not among the tools ("
+                                    f"{', '.join(names)})", param="tool_choice", code="invalid_value")
+        new = dict(body, tool_choice="required", tools=[t for t in body["tools"] if t["function"]["name"] == want])
+        return new, ChatAnswer({want}, demanded=True)
+    return None, ChatAnswer(set() if choice == "none" else set(names), demanded=choice == "required")
+
+
+REPLACEMENT = "\ufffd"
+
+
+def drop_cut_character(text: str, finish_reason: str | None) -> str:
+    """``text`` without the U+FFFD llama-server puts where max_tokens cut a UTF-8 character
+    (only at the end of an answer that stopped for length); as its stream and Ollama do."""
+    if finish_reason == "length" and text.endswith(REPLACEMENT):
+        return text.rstrip(REPLACEMENT)
+    return text
+
+
+class ChatAnswer:
+    """Rewrites one ``/v1/chat/completions`` or ``/v1/completions`` answer (a
+    :class:`~.proxy.Rewrite`): a plain-JSON tool call of an offered tool becomes ``tool_calls``
+    (``tool_names``; empty: none are looked for), and a character cut by max_tokens is dropped.
+    Streamed, only the tool calls need a rewrite (the stream already drops a cut character):
+    ``streams`` says whether the stream must go line by line through :meth:`sse_line`.
+    ``demanded``: the request requires a call (``tool_choice`` "required" or a named function),
+    so the JSON value the answer starts with is the call, whatever follows it; streamed, the
+    answer ends as soon as that value is complete (``finished``: the relay closes the stream,
+    which stops the generation), since what a model writes after it is not part of the call."""
+
+    def __init__(self, tool_names: set[str] | None = None, demanded: bool = False):
+        self.tool_names = tool_names or set()
+        self.demanded = demanded  # a call is required: the leading JSON counts (tool_calls_from_text)
+        self.streams = bool(self.tool_names)
+        self.held: dict[int, str] = {}          # per choice: content held back (it may be a tool call)
+        self.released: set[int] = set()         # choices whose content is known not to be a call
+        self.finished = False                   # the stream is complete: the relay stops reading
+
+    def body(self, data: bytes) -> bytes:
+        """A whole answer rewritten; the same bytes when nothing changes (parsed only when needed)."""
+        if not self.tool_names and REPLACEMENT.encode() not in data:
+            return data
+        try:
+            j = json.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(j, dict) or not isinstance(j.get("choices"), list):
+            return data
+        for ch in j["choices"]:
+            if not isinstance(ch, dict):
+                continue
+            fin = ch.get("finish_reason")
+            msg = ch.get("message") if isinstance(ch.get("message"), dict) else None
+            key, holder = ("content", msg) if msg is not None else ("text", ch)
+            if isinstance(holder.get(key), str):
+                holder[key] = drop_cut_character(holder[key], fin)
+            if msg is not None and self.tool_names and not msg.get("tool_calls") and isinstance(msg.get("content"), str):
+                calls = tool_calls_from_text(msg["content"], self.tool_names, leading=self.demanded)
+                if calls:
+                    msg["tool_calls"], msg["content"] = calls, None
+                    ch["finish_reason"] = "tool_calls"
+        return json.dumps(j, ensure_ascii=False).encode()
+
+    def _event(self, ev: dict) -> bytes:
+        return b"data: " + json.dumps(ev, ensure_ascii=False).encode() + b"\n\n"
+
+    def sse_line(self, line: bytes) -> bytes:
+        """One SSE line of a streamed chat answer: content that may be a tool call is held back per
+        choice (text starting with ``{``, ``[``, ``<`` or a fence); at the choice's finish it goes
+        out as ``tool_calls`` deltas (index, id, type, function name and arguments; finish_reason
+        ``tool_calls``) when it parses as a call of an offered tool, else as one content delta."""
+        if not line.startswith(b"data:"):
+            return line
+        payload = line[5:].strip()
+        if not payload.startswith(b"{"):
+            return line
+        try:
+            ev = json.loads(payload)
+        except ValueError:
+            return line
+        choices = ev.get("choices") if isinstance(ev, dict) else None
+        if not isinstance(choices, list):
+            return line
+        out = b""
+        for ch in choices:
+            i = ch.get("index", 0)
+            d = ch.get("delta") or {}
+            if d.get("tool_calls"):  # llama-server parsed a call itself
+                self.released.add(i)
+            piece = d.get("content")
+            if isinstance(piece, str) and piece and i not in self.released:
+                held = self.held.get(i, "") + piece
+                if held.lstrip()[:1] in ("", "{", "[", "<", "`"):
+                    self.held[i] = held
+                    d.pop("content")
+                else:
+                    d["content"] = held
+                    self.held.pop(i, None)
+                    self.released.add(i)
+            early = (self.demanded and len(choices) == 1 and i in self.held and not ch.get("finish_reason")
+                     and tool_calls_from_text(self.held[i], self.tool_names, leading=True) is not None)
+            if early:  # the demanded call is complete: end here (the relay then stops the generation)
+                ch["finish_reason"], self.finished = "tool_calls", True
+            if ch.get("finish_reason") and i in self.held:
+                held = self.held.pop(i)
+                calls = tool_calls_from_text(held, self.tool_names, leading=self.demanded)
+                base = {k: v for k, v in ev.items() if k != "choices"}
+                if calls:
+                    deltas = [{"index": n, "id": c["id"], "type": "function", "function": c["function"]}
+                              for n, c in enumerate(calls)]
+                    out += self._event({**base, "choices": [{"index": i, "delta": {"tool_calls": deltas},
+                                                             "finish_reason": None}]})
+                    ch["finish_reason"] = "tool_calls"
+                else:
+                    out += self._event({**base, "choices": [{"index": i, "delta": {"content": held},
+                                                             "finish_reason": None}]})
+        out += b"data: " + json.dumps(ev, ensure_ascii=False).encode() + b"\n"
+        return out + b"\ndata: [DONE]\n" if self.finished else out
