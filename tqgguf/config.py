@@ -71,6 +71,15 @@ VARIABLES: dict[str, str] = {
                                  "training context)",
     "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS)",
     "TQGGUF_MAX_REQUEST_BODY": "largest request body tqgguf serve accepts (32MiB, 64MB, bytes); larger: 413",
+    "TQGGUF_DRAFT_MODEL": "draft model of serve's speculative decoding: a GGUF path or a `tqgguf models list` name (-md)",
+    "TQGGUF_KV_CACHE_TYPE_K_DRAFT": "K cache type of the draft model (-ctkd; default f16, as llama-server's)",
+    "TQGGUF_KV_CACHE_TYPE_V_DRAFT": "V cache type of the draft model (-ctvd; default f16, as llama-server's)",
+    "TQGGUF_DRAFT_MAX": "most tokens the draft model proposes per step (--spec-draft-n-max; default llama-server's, 3)",
+    "TQGGUF_DRAFT_MIN": "fewest draft tokens worth verifying (--spec-draft-n-min; default llama-server's, 0)",
+    "TQGGUF_N_GPU_LAYERS_DRAFT": "draft model layers to offload (-ngld: auto, all, N; default: as -ngl)",
+    "TQGGUF_SPEC_TYPE": "speculative decoding types, a comma list (--spec-type; default draft-simple with a draft model)",
+    "TQGGUF_MMPROJ": "multimodal projector GGUF of serve's model (--mmproj): images on /api/chat, /api/generate and "
+                     "/v1/chat/completions",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
     "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
     "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",
@@ -608,6 +617,43 @@ def _models_dir(value: Any) -> Path:
     return p
 
 
+#: llama-server's ``--spec-type`` names in the engine tqgguf builds (``common_speculative_type_to_str``
+#: in llama.cpp's common/speculative.cpp); the ``draft-*`` ones but draft-mtp run a separate draft model.
+SPEC_TYPES: tuple[str, ...] = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+                               "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+#: The --spec-type values that need a draft model (-md); draft-mtp uses the model's own MTP head.
+SPEC_TYPES_WITH_DRAFT: tuple[str, ...] = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+
+
+def parse_spec_type(value: Any) -> str:
+    """A ``--spec-type`` comma list (names from :data:`SPEC_TYPES`, any case) in canonical
+    text: lower case, no spaces, no repeats. Raises ValueError naming the unknown name and
+    what is allowed."""
+    names = [x.strip().lower() for x in str(value).split(",")]
+    for n in names:
+        if n not in SPEC_TYPES:
+            raise ValueError(f"unknown speculative decoding type {n!r}; allowed: a comma list of "
+                             f"{', '.join(SPEC_TYPES)}")
+    if "none" in names and len(names) > 1:
+        raise ValueError("'none' cannot be combined with other types")
+    return ",".join(dict.fromkeys(names))
+
+
+def _draft_model(value: Any) -> str:
+    s = str(value).strip()
+    if not s:
+        return UNSET  # type: ignore[return-value]
+    return s
+
+
+def _mmproj(value: Any) -> Path:
+    p = Path(os.path.expanduser(str(value).strip()))
+    if not p.is_file():
+        raise ValueError("is not a file; allowed: the path of a multimodal projector GGUF (mmproj-*.gguf, "
+                         "general.architecture clip)")
+    return p
+
+
 @dataclass(frozen=True)
 class Var:
     """How one setting is read: ``flags`` are (override key, flag text) pairs, highest
@@ -715,9 +761,34 @@ class Settings(BaseModel):
         3, description="models serve keeps loaded at once; the least recently used idle one unloads for another")
     # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
     # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
-    # embedding batches (no images are served) while bounding what one request may hold in memory
+    # embedding batches and a few images (a base64 photo of 1 MP is ~0.3-1 MB) while bounding what one request may hold
     max_request_body: Annotated[int, Var((), ("TQGGUF_MAX_REQUEST_BODY",), parse_size)] = Field(
         32 << 20, description="largest request body serve accepts, in bytes (larger: 413, read no further)")
+
+    # speculative decoding and vision (serve): llama-server's -md, -ctkd, -ctvd, --spec-draft-n-max/-min,
+    # -ngld, --spec-type, --mmproj
+    draft_model: Annotated[str | None, Var((("draft_model", "-md"),), ("TQGGUF_DRAFT_MODEL",), _draft_model)] = Field(
+        None, description="draft model for speculative decoding: a GGUF path or a model name (unset: none)")
+    cache_type_k_draft: Annotated[str, Var((("cache_type_k_draft", "-ctkd"),), ("TQGGUF_KV_CACHE_TYPE_K_DRAFT",),
+                                           parse_cache_type)] = Field(
+        "f16", description="K cache type of the draft model (ggml name)")
+    cache_type_v_draft: Annotated[str, Var((("cache_type_v_draft", "-ctvd"),), ("TQGGUF_KV_CACHE_TYPE_V_DRAFT",),
+                                           parse_cache_type)] = Field(
+        "f16", description="V cache type of the draft model (ggml name); a quantized V needs flash attention")
+    draft_max: Annotated[int | None, Var((("draft_max", "--spec-draft-n-max"),), ("TQGGUF_DRAFT_MAX",),
+                                         lambda v: parse_int(v, 0, 1024))] = Field(
+        None, description="most tokens the draft proposes per step (unset: llama-server's default, 3)")
+    draft_min: Annotated[int | None, Var((("draft_min", "--spec-draft-n-min"),), ("TQGGUF_DRAFT_MIN",),
+                                         lambda v: parse_int(v, 0, 1024))] = Field(
+        None, description="fewest draft tokens worth verifying (unset: llama-server's default, 0)")
+    n_gpu_layers_draft: Annotated[str | None, Var((("n_gpu_layers_draft", "-ngld"),), ("TQGGUF_N_GPU_LAYERS_DRAFT",),
+                                                  parse_gpu_layers)] = Field(
+        None, description="draft model layers offloaded: auto, all or a number (unset: as -ngl)")
+    spec_type: Annotated[str | None, Var((("spec_type", "--spec-type"),), ("TQGGUF_SPEC_TYPE",), parse_spec_type)] = Field(
+        None, description="speculative decoding types, a comma list of " + ", ".join(SPEC_TYPES)
+                          + " (unset: draft-simple with a draft model, else none)")
+    mmproj: Annotated[Path | None, Var((("mmproj", "--mmproj"),), ("TQGGUF_MMPROJ",), _mmproj)] = Field(
+        None, description="multimodal projector GGUF of the served model, for images (unset: text only)")
 
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
 
@@ -895,13 +966,31 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
 
 
 def check_settings(settings: Settings) -> None:
-    """Check combinations: ``-fa off`` with a quantized V cache (llama.cpp needs flash
-    attention for it). Raises SettingsError naming where each value came from."""
+    """Check combinations: ``-fa off`` with a quantized V cache, the target's or the draft
+    model's (llama.cpp needs flash attention for it); a ``--spec-type`` that needs a draft
+    model without one, and a draft model no ``--spec-type`` uses. Raises SettingsError
+    naming where each value came from."""
     if flash_attn_conflict(settings.flash_attention, settings.cache_type_v):
         fa_src, v_src = settings.source("flash_attention"), settings.source("cache_type_v")
         raise SettingsError([
             f"flash attention is off (from {fa_src.describe()}) but the V cache type "
             f"{settings.cache_type_v} (from {v_src.describe()}) is quantized; {FLASH_ATTN_RULE}"])
+    if settings.draft_model and flash_attn_conflict(settings.flash_attention, settings.cache_type_v_draft):
+        fa_src, v_src = settings.source("flash_attention"), settings.source("cache_type_v_draft")
+        raise SettingsError([
+            f"flash attention is off (from {fa_src.describe()}) but the draft model's V cache type "
+            f"{settings.cache_type_v_draft} (from {v_src.describe()}) is quantized; {FLASH_ATTN_RULE} (-ctvd)"])
+    spec = settings.spec_type.split(",") if settings.spec_type else []
+    needs = [t for t in spec if t in SPEC_TYPES_WITH_DRAFT]
+    if needs and not settings.draft_model:
+        raise SettingsError([f"--spec-type {settings.spec_type} (from {settings.source('spec_type').describe()}): "
+                             f"{needs[0]} needs a draft model; give one with -md/--model-draft or TQGGUF_DRAFT_MODEL, "
+                             f"or use a type without one (draft-mtp, ngram-*)"])
+    if settings.draft_model and spec and not any(t in SPEC_TYPES_WITH_DRAFT for t in spec):
+        raise SettingsError([f"draft model {settings.draft_model} (from {settings.source('draft_model').describe()}) "
+                             f"with --spec-type {settings.spec_type} (from {settings.source('spec_type').describe()}): "
+                             f"llama-server would load the draft and never use it; add draft-simple (the default "
+                             f"with a draft model) or leave the draft model out"])
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:

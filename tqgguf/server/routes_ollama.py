@@ -25,8 +25,10 @@ import aiohttp
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from . import media
 from . import ollama as ol
 from . import proxy
+from .child import MEDIA_MARKER
 from .dependencies import ManagerDep
 from .errors import json_body
 from .ollama import RequestError
@@ -150,6 +152,7 @@ async def api_chat(request: Request, manager: ManagerDep):
     messages = ol.chat_messages(body["messages"])
     sampling, load = ol.options(body)
     model = manager.find(name)
+    media.attach_images(messages, manager.vision(model), name)
     payload: dict[str, Any] = {"messages": messages, **sampling}
     payload.update(ol.think_fields(body, name, model.chat_template()))
     payload.update(ol.logprob_fields(body, chat=True))
@@ -273,8 +276,7 @@ async def api_generate(request: Request, manager: ManagerDep):
         raise RequestError(400, "prompt must be a string")
     for f, why in (("template", "custom Go templates are not supported; the model's own chat template is used "
                                 "(or send raw: true with a formatted prompt)"),
-                   ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve"),
-                   ("images", "this model does not support images (no vision projector is loaded)")):
+                   ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve")):
         if body.get(f):
             raise RequestError(400, f"{f}: {why}")
     context = body.get("context") or []
@@ -283,6 +285,12 @@ async def api_generate(request: Request, manager: ManagerDep):
     raw = body.get("raw") is True
     sampling, load = ol.options(body)
     model = manager.find(name)
+    if body.get("images") and not manager.vision(model):
+        raise media.no_projector(name)
+    imgs = media.images(body.get("images"), "images")
+    if imgs and context:
+        raise RequestError(400, "context cannot be combined with images: an image's embeddings are not tokens that "
+                                "a context can carry; send the conversation to /api/chat with its images instead")
     think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
     # /completion gives the raw text, tags included: split it here (llama-server parses
     # reasoning on its chat endpoint only)
@@ -294,17 +302,23 @@ async def api_generate(request: Request, manager: ManagerDep):
     headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
     load_s = r.loaded_since(t0)
     try:
-        if raw:
-            text = prompt
+        if raw:  # the images go before the prompt, one media marker each
+            text = MEDIA_MARKER * len(imgs) + prompt
         else:
             msgs = ([{"role": "system", "content": body["system"]}] if isinstance(body.get("system"), str) else [])
-            msgs.append({"role": "user", "content": prompt})
+            msgs.append({"role": "user", "content": media.content_parts(prompt, imgs) if imgs else prompt})
             kwargs = {k: v for k, v in think.items() if k == "chat_template_kwargs"}
+            # with image parts, llama-server's template writes a media marker where each image goes
             text = (await proxy.call_ok(r, "/apply-template", {"messages": msgs, **kwargs}))["prompt"]
-        toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
-                                                     "parse_special": True}))["tokens"]
-        full = list(context) + list(toks)
-        payload: dict[str, Any] = {"prompt": full, "stream": stream, "return_tokens": True, "cache_prompt": True,
+        if imgs:  # a prompt object: its text and the images its markers stand for (no token ids, no context)
+            full = []
+            prompt_field: Any = {"prompt_string": text, "multimodal_data": imgs}
+        else:
+            toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
+                                                         "parse_special": True}))["tokens"]
+            full = list(context) + list(toks)
+            prompt_field = full
+        payload: dict[str, Any] = {"prompt": prompt_field, "stream": stream, "return_tokens": True, "cache_prompt": True,
                                    **sampling, **ol.logprob_fields(body, chat=False)}
         if (schema := ol.format_schema(body.get("format"))) is not None:
             payload["json_schema"] = schema
@@ -319,7 +333,7 @@ async def api_generate(request: Request, manager: ManagerDep):
             res["response"] = answer
             return await finish(res, data.get("stop_type"), data.get("timings"),
                                 ol.logprobs_from_native(data.get("completion_probabilities")), t0, load_s,
-                                stack, headers, context=full + list(data.get("tokens") or []))
+                                stack, headers, **({} if imgs else {"context": full + list(data.get("tokens") or [])}))
         resp = await proxy.open_stream(r, "/completion", payload=payload)
     except BaseException:
         await stack.aclose()
@@ -357,7 +371,8 @@ async def api_generate(request: Request, manager: ManagerDep):
                         if splitter is not None and any(held := splitter.finish()):
                             yield piece(*held)
                         final = {"model": name, "created_at": ol.now_rfc3339(), "response": "", "done": True,
-                                 "done_reason": ol.done_reason(ev.get("stop_type")), "context": full + gen,
+                                 "done_reason": ol.done_reason(ev.get("stop_type")),
+                                 **({} if imgs else {"context": full + gen}),
                                  **ol.timings(ev.get("timings"), time.monotonic() - t0, load_s)}
                         yield (json.dumps(final) + "\n").encode()
                         return

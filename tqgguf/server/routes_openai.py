@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from . import proxy
+from . import media, proxy
 from .dependencies import ManagerDep, manager_of
 from .errors import json_body
 from .ollama import RequestError
@@ -106,6 +106,11 @@ async def _forward(request: Request, path: str, kind: str) -> Response:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
+    if path == "/v1/chat/completions" and media.openai_media(body):
+        manager = manager_of(request)
+        model = manager.find(body.get("model") if isinstance(body.get("model"), str) else None)
+        if not manager.vision(model):  # llama-server answers a 500 for it
+            raise media.no_projector(model.name)
     # legacy completions with logprobs: llama-server answers in the chat shape; convert it
     legacy = (LegacyLogprobs(body.get("prompt")) if path == "/v1/completions" and body.get("logprobs") not in
               (None, False) else None)
