@@ -86,14 +86,46 @@ def images(value: Any, where: str) -> list[str]:
     return [image_data(x, f"{where}[{i}]") for i, x in enumerate(value)]
 
 
+#: The text put between two images that would otherwise be adjacent in a prompt. llama-server
+#: (this engine's tools/server/server-common.cpp, ``server_tokens::keep_first``) throws "Chunk
+#: not found" — a 500 — when a cached prompt is cut exactly between two adjacent images: a
+#: request with images [a, b] followed by one with [a] and other text (a chat that drops an
+#: image, Ollama's clients resending history) fails. A token between them makes every cut
+#: there a cut after a text token, which it handles.
+IMAGE_SEPARATOR = "\n"
+
+
 def content_parts(text: str, imgs: list[str]) -> list[dict]:
-    """OpenAI content parts for an Ollama message with images: the images first, then the
-    text (Ollama places a message's images before its text when the prompt does not name
-    them)."""
-    parts: list[dict] = [{"type": "image_url", "image_url": {"url": data_url(b)}} for b in imgs]
+    """OpenAI content parts for an Ollama message with images: the images first (as Ollama's
+    prompt builder puts a message's images before its text), each pair separated by
+    :data:`IMAGE_SEPARATOR`, then the text."""
+    parts: list[dict] = []
+    for i, b in enumerate(imgs):
+        if i:
+            parts.append({"type": "text", "text": IMAGE_SEPARATOR})
+        parts.append({"type": "image_url", "image_url": {"url": data_url(b)}})
     if text:
         parts.append({"type": "text", "text": text})
     return parts
+
+
+def separate_media(body: dict) -> bool:
+    """Put a :data:`IMAGE_SEPARATOR` text part between every two adjacent media parts of an
+    OpenAI chat request's messages, in place (see there why); True when something changed."""
+    changed = False
+    for m in body.get("messages") or []:
+        c = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(c, list):
+            continue
+        out: list = []
+        for p in c:
+            if (isinstance(p, dict) and p.get("type") in MEDIA_PARTS and out and isinstance(out[-1], dict)
+                    and out[-1].get("type") in MEDIA_PARTS):
+                out.append({"type": "text", "text": IMAGE_SEPARATOR})
+                changed = True
+            out.append(p)
+        m["content"] = out
+    return changed
 
 
 def attach_images(messages: list[dict], vision: bool, model: str) -> list[dict]:

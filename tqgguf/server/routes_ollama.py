@@ -303,7 +303,7 @@ async def api_generate(request: Request, manager: ManagerDep):
     load_s = r.loaded_since(t0)
     try:
         if raw:  # the images go before the prompt, one media marker each
-            text = MEDIA_MARKER * len(imgs) + prompt
+            text = media.IMAGE_SEPARATOR.join([MEDIA_MARKER] * len(imgs)) + prompt
         else:
             msgs = ([{"role": "system", "content": body["system"]}] if isinstance(body.get("system"), str) else [])
             msgs.append({"role": "user", "content": media.content_parts(prompt, imgs) if imgs else prompt})

@@ -111,6 +111,8 @@ async def _forward(request: Request, path: str, kind: str) -> Response:
         model = manager.find(body.get("model") if isinstance(body.get("model"), str) else None)
         if not manager.vision(model):  # llama-server answers a 500 for it
             raise media.no_projector(model.name)
+        if media.separate_media(body):  # adjacent images: see media.IMAGE_SEPARATOR
+            raw = json.dumps(body).encode()
     # legacy completions with logprobs: llama-server answers in the chat shape; convert it
     legacy = (LegacyLogprobs(body.get("prompt")) if path == "/v1/completions" and body.get("logprobs") not in
               (None, False) else None)

@@ -125,16 +125,16 @@ def media_lines(config: ServeConfig) -> list[str]:
     out = []
     d = config.draft
     if d is not None:
-        ngld = ("auto (llama-server's default)" if d.n_gpu_layers is None else
-                ("all" if d.n_gpu_layers < 0 else str(d.n_gpu_layers)))
-        ngld_src = src("n_gpu_layers_draft") if s.n_gpu_layers_draft is not None else "as -ngl"
+        ngld = "auto" if d.n_gpu_layers is None else ("all" if d.n_gpu_layers < 0 else str(d.n_gpu_layers))
+        ngld_src = (f"from {src('n_gpu_layers_draft')}" if s.n_gpu_layers_draft is not None else
+                    f"as -ngl, from {src('n_gpu_layers')}")
         spec_src = src("spec_type") if s.spec_type else "default with a draft model"
         n_max = f"{d.n_max} (from {src('draft_max')})" if d.n_max is not None else "3 (llama-server's default)"
         n_min = f"{d.n_min} (from {src('draft_min')})" if d.n_min is not None else "0 (llama-server's default)"
         out.append(f"draft model: {d.model} (from {src('draft_model')}): KV cache K {d.ctk} (from "
                    f"{src('cache_type_k_draft')}), V {d.ctv} (from {src('cache_type_v_draft')}); --spec-type "
                    f"{d.spec_type} (from {spec_src}); draft tokens at most {n_max}, at least {n_min}; "
-                   f"-ngld {ngld} (from {ngld_src})")
+                   f"-ngld {ngld} ({ngld_src})")
     elif config.spec_type:
         out.append(f"speculative decoding: --spec-type {config.spec_type} (from {src('spec_type')}), no draft model")
     if config.mmproj is not None:
