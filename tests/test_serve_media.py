@@ -137,6 +137,7 @@ def test_an_image_to_a_text_only_model_is_a_400_naming_mmproj(spec):
             {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image_part(1)]}])
     assert "--mmproj" in e.value.message and e.value.code == "images_not_supported"
     assert spec.health()[1]["runners"][0]["restarts"] == 0  # refused in front; the child never saw it
+    assert "vision" not in spec.ol.show(ALIAS).capabilities
 
 
 # -- vision ----------------------------------------------------------------------------------------
@@ -146,6 +147,7 @@ def test_vision_startup_line_names_the_projector_and_its_source(vision, mmproj):
     assert f"vision projector: {mmproj} (from env TQGGUF_MMPROJ): images on /api/chat" in vision.log()
     h = vision.health()[1]["runners"][0]
     assert h["mmproj"] == mmproj.name and "draft" not in h
+    assert "vision" in vision.ol.show(ALIAS).capabilities  # Ollama's capability, as clients check it
 
 
 def test_openai_image_url_adds_the_image_tokens_to_the_prompt(vision):

@@ -103,7 +103,8 @@ async def show(request: Request, manager: ManagerDep):
     md = await asyncio.to_thread(m.metadata)
     template = m.chat_template()
     caps = ["completion"] + (["tools"] if "tools" in template else []) + \
-        (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else [])
+        (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else []) + \
+        (["vision"] if manager.vision(m) else [])  # Ollama's name; clients check it before sending images
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
     return {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
             "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
