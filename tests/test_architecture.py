@@ -128,6 +128,7 @@ def test_the_graph_covers_the_package():
     ("tqgguf.builder", "tqgguf.runtime"),               # the build never uses what it builds
     ("tqgguf.builder", "tqgguf.engine"),
     ("tqgguf.cachetypes", "tqgguf."),
+    ("tqgguf.variables", "tqgguf."),                    # the variable list imports nothing of ours
     ("tqgguf.config", "tqgguf.runtime"),                # settings are plain data
     ("tqgguf.config", "tqgguf.server"),
     ("tqgguf.config", "tqgguf.engine"),                 # ...and never reach the engine
@@ -167,11 +168,17 @@ def test_shapes_needs_only_numpy_gguf_and_the_leaves():
         assert _third_party_imports(_modules()[m]) <= {"numpy", "gguf"}, m
 
 
+def test_setting_values_reach_only_the_cache_type_registry():
+    """tqgguf.values (the parsers every setting and verb share) stays a near-leaf."""
+    assert _reaches(import_graph(), "tqgguf.values") == {"tqgguf.cachetypes"}
+
+
 #: The layers of docs/ARCHITECTURE.md, lowest first. A module may import its own layer and
 #: the ones below. A new module must be placed here (and in the doc) to pass.
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
-    ("tqgguf.config", "tqgguf.kvplan", "tqgguf.models", "tqgguf.shapes", "tqgguf.texts", "tqgguf.builder"),  # data, build
+    ("tqgguf.config", "tqgguf.values", "tqgguf.variables", "tqgguf.kvplan", "tqgguf.models", "tqgguf.shapes",
+     "tqgguf.texts", "tqgguf.builder"),                                                 # data, build
     ("tqgguf.engine", "tqgguf.enginevars", "tqgguf.devices"),                           # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
     ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features

@@ -12,16 +12,22 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tqgguf import bench as B
+from tqgguf.bench import spec as bench_spec
+from tqgguf.bench.decode import Decoder, vocab
+from tqgguf.bench.report import CSV_ROOFLINE_FIELDS, CSV_TEST_FIELDS, csv_text, markdown, plot
+from tqgguf.bench.roofline import BANDWIDTH_FILE, kv_bytes_per_cell, kv_read_bytes, weight_read_bytes, weights_on
+from tqgguf.bench.runner import run_bench
+from tqgguf.bench.spec import (NO_PLAN, BatchedSpec, BenchError, BenchSpec, append_row, configs_of, expand, load_results,
+                               parse_fa_list, parse_int_list, validate)
 from tqgguf.cli import main as cli
 
 P, N, D, R = 16, 4, (0, 32), 2  # tiny sizes: SmolLM2 on 2 shared cores
 
 
-def _spec(model: Path, out: Path, ctv=("f16", "q8_0"), depths=D, batched=None) -> B.BenchSpec:
+def _spec(model: Path, out: Path, ctv=("f16", "q8_0"), depths=D, batched=None) -> BenchSpec:
     ks, vs, fas = ["f16"], list(ctv), ["auto"]
-    return B.BenchSpec(model=model, tests=B.expand(ks, vs, fas, [P], [N], list(depths)),
-                       configs=B.configs_of(ks, vs, fas), reps=R, n_threads=1, out_dir=out, batched=batched)
+    return BenchSpec(model=model, tests=expand(ks, vs, fas, [P], [N], list(depths)),
+                     configs=configs_of(ks, vs, fas), reps=R, n_threads=1, out_dir=out, batched=batched)
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +40,16 @@ def run(smollm2, tmp_path_factory):
     """One real run: f16/f16 and f16/q8_0, pp16 and tg4 at depths 0 and 32, 2 repetitions."""
     out = tmp_path_factory.mktemp("bench")
     spec = _spec(smollm2, out)
-    B.validate(spec)
+    validate(spec)
     seen = []
-    rows = B.run_bench(spec, on_result=lambda r, resumed: seen.append(resumed))
+    rows = run_bench(spec, on_result=lambda r, resumed: seen.append(resumed))
     return spec, rows, seen
 
 
 # -- expansion (no engine) --------------------------------------------------------------
 
 def test_lists_expand_to_every_combination_in_llama_bench_order():
-    tests = B.expand(["q8_0", "turbo4"], ["turbo4"], ["on"], [512], [128, 32], [0, 8192])
+    tests = expand(["q8_0", "turbo4"], ["turbo4"], ["on"], [512], [128, 32], [0, 8192])
     assert len(tests) == 2 * 1 * 1 * 2 * 3
     assert [t.name for t in tests[:6]] == ["pp512", "tg128", "tg32", "pp512 @ d8192", "tg128 @ d8192",
                                            "tg32 @ d8192"]
@@ -52,14 +58,14 @@ def test_lists_expand_to_every_combination_in_llama_bench_order():
 
 
 def test_a_zero_size_makes_no_test_like_llama_bench():
-    assert [t.name for t in B.expand(["f16"], ["f16"], ["auto"], [0], [64], [0, 128])] == ["tg64", "tg64 @ d128"]
+    assert [t.name for t in expand(["f16"], ["f16"], ["auto"], [0], [64], [0, 128])] == ["tg64", "tg64 @ d128"]
 
 
 @pytest.mark.parametrize("value,flag,err", [("8,-1", "-p", ">= 0"), ("1,x", "-d", "not an integer"),
                                             ("", "-n", "not an integer")])
 def test_bad_integer_lists_name_the_flag_and_the_rule(value, flag, err):
-    with pytest.raises(B.BenchError, match=re.escape(flag) + ".*" + re.escape(err)):
-        B.parse_int_list(value, flag, minimum=0)
+    with pytest.raises(BenchError, match=re.escape(flag) + ".*" + re.escape(err)):
+        parse_int_list(value, flag, minimum=0)
 
 
 # -- a real run -------------------------------------------------------------------------
@@ -109,13 +115,13 @@ def test_results_are_written_as_they_come_and_a_rerun_resumes(run, smollm2):
     lines = spec.results.read_text().splitlines()
     assert len(lines) == 8 and [json.loads(ln)["test"] for ln in lines] == [r["test"] for r in rows]
     seen = []
-    again = B.run_bench(spec, on_result=lambda r, resumed: seen.append(resumed))
+    again = run_bench(spec, on_result=lambda r, resumed: seen.append(resumed))
     assert seen == [True] * 8 and again == rows and len(spec.results.read_text().splitlines()) == 8
     # a line cut by a kill reruns that test only; a new depth adds only its tests
     spec.results.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])
     more = _spec(smollm2, spec.out_dir, ctv=("q8_0",), depths=(32, 48))
     seen = []
-    rows2 = B.run_bench(more, on_result=lambda r, resumed: seen.append(resumed))
+    rows2 = run_bench(more, on_result=lambda r, resumed: seen.append(resumed))
     assert [r["test"] for r in rows2] == ["pp16 @ d32", "tg4 @ d32", "pp16 @ d48", "tg4 @ d48"]
     assert seen == [True, False, False, False]
     assert rows2[3]["n_kv_after"] == [48 + N] * R
@@ -124,7 +130,7 @@ def test_results_are_written_as_they_come_and_a_rerun_resumes(run, smollm2):
 @pytest.mark.engine
 def test_the_three_output_formats_have_llama_bench_s_shape(run):
     spec, _, _ = run
-    rows = B.run_bench(spec)  # all stored: the rows as they are in results.jsonl now
+    rows = run_bench(spec)  # all stored: the rows as they are in results.jsonl now
     args = ["bench", str(spec.model), "-ctk", "f16", "-ctv", "f16,q8_0", "-p", str(P), "-n", str(N),
             "-d", ",".join(map(str, D)), "-r", str(R), "-t", "1", "--dir", str(spec.out_dir), "--no-plot"]
     md = CliRunner().invoke(cli, args + ["-o", "md"])
@@ -141,7 +147,7 @@ def test_the_three_output_formats_have_llama_bench_s_shape(run):
 
     out = CliRunner().invoke(cli, args + ["-o", "csv"])
     table = list(csv.DictReader(io.StringIO(out.stdout)))
-    assert list(table[0]) == B.CSV_TEST_FIELDS + B.CSV_ROOFLINE_FIELDS and len(table) == 8
+    assert list(table[0]) == CSV_TEST_FIELDS + CSV_ROOFLINE_FIELDS and len(table) == 8
     assert [float(t["avg_ts"]) for t in table] == [r["avg_ts"] for r in rows]
     assert [(t["n_prompt"], t["n_gen"], t["n_depth"]) for t in table[:2]] == [(str(P), "0", "0"), ("0", str(N), "0")]
 
@@ -155,7 +161,7 @@ def test_the_three_output_formats_have_llama_bench_s_shape(run):
 @pytest.mark.engine
 def test_the_plot_is_a_png_with_a_panel_per_test_kind(run, tmp_path):
     _, rows, _ = run
-    B.plot(rows, tmp_path / "b.png", "t")
+    plot(rows, tmp_path / "b.png", "t")
     data = (tmp_path / "b.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width = int.from_bytes(data[16:20], "big")
@@ -164,16 +170,16 @@ def test_the_plot_is_a_png_with_a_panel_per_test_kind(run, tmp_path):
 
 @pytest.mark.engine
 def test_batched_measures_s_tg_over_every_sequence(smollm2, tmp_path):
-    spec = _spec(smollm2, tmp_path, ctv=("f16",), depths=(0,), batched=B.BatchedSpec((8,), (4,), (1, 3)))
+    spec = _spec(smollm2, tmp_path, ctv=("f16",), depths=(0,), batched=BatchedSpec((8,), (4,), (1, 3)))
     spec.tests = []
-    B.validate(spec)
-    rows = B.run_bench(spec)
+    validate(spec)
+    rows = run_bench(spec)
     assert [(r["pl"], r["n_kv"], r["n_kv_max"]) for r in rows] == [(1, 12, 36), (3, 36, 36)]
     for r in rows:
         assert r["kv_tokens_per_seq"] == [8 + 4] * r["pl"]
         assert r["speed_tg"] == pytest.approx(r["pl"] * 4 / r["t_tg"])
         assert r["speed"] == pytest.approx(r["pl"] * 12 / (r["t_pp"] + r["t_tg"]))
-    md = B.markdown(rows)
+    md = markdown(rows)
     assert "| S_TG t/s |" in md.replace("  ", " ") or "S_TG t/s" in md.splitlines()[0]
     assert len(md.splitlines()) == 4
 
@@ -206,10 +212,10 @@ def test_bad_input_is_refused_before_any_run(smollm2, tmp_path, extra, code, msg
 @pytest.mark.engine
 def test_depth_beyond_the_training_context_is_timed_only_when_asked(smollm2, tmp_path):
     spec = _spec(smollm2, tmp_path / "b", depths=(0, 9000))
-    with pytest.raises(B.BenchError, match="pp16 @ d9000 needs 9016 positions.*--beyond-n-ctx-train"):
-        B.validate(spec)
+    with pytest.raises(BenchError, match="pp16 @ d9000 needs 9016 positions.*--beyond-n-ctx-train"):
+        validate(spec)
     spec.beyond_train = True
-    B.validate(spec)  # accepted (the run itself is llama-bench's, which never checks)
+    validate(spec)  # accepted (the run itself is llama-bench's, which never checks)
 
 
 # -- layer plans (--kv-boundary / --kv-swa / --kv-plan as axes, as in tqgguf sweep) -------
@@ -218,17 +224,17 @@ def test_plan_axis_expands_after_fa_and_keeps_old_keys(tmp_path):
     from tqgguf.kvplan import parse_plan_axes
 
     plans = parse_plan_axes("0,2", "none", ())
-    tests = B.expand(["turbo3"], ["turbo3"], ["on"], [16], [0], [0, 32], plans)
-    assert [(t.plan, t.n_depth) for t in tests] == [(B.NO_PLAN, 0), (B.NO_PLAN, 32), (("2:q8_0/q8_0", "", ""), 0),
+    tests = expand(["turbo3"], ["turbo3"], ["on"], [16], [0], [0, 32], plans)
+    assert [(t.plan, t.n_depth) for t in tests] == [(NO_PLAN, 0), (NO_PLAN, 32), (("2:q8_0/q8_0", "", ""), 0),
                                                     (("2:q8_0/q8_0", "", ""), 32)]
-    spec = B.BenchSpec(model=tmp_path / "m.gguf", tests=tests, configs=B.configs_of(["turbo3"], ["turbo3"], ["on"], plans))
-    assert spec.configs == [("turbo3", "turbo3", "on", B.NO_PLAN), ("turbo3", "turbo3", "on", ("2:q8_0/q8_0", "", ""))]
+    spec = BenchSpec(model=tmp_path / "m.gguf", tests=tests, configs=configs_of(["turbo3"], ["turbo3"], ["on"], plans))
+    assert spec.configs == [("turbo3", "turbo3", "on", NO_PLAN), ("turbo3", "turbo3", "on", ("2:q8_0/q8_0", "", ""))]
     # a test without a plan keeps the key results.jsonl files from before plans hold
     old = dict(model="x", ctk="turbo3", ctv="turbo3", fa="on", p=16, n=0, d=0, b=spec.n_batch, ub=spec.n_ubatch,
                t=None, ngl=0, r=spec.reps, warmup=True)
     import hashlib
-    assert B.test_key(spec, "x", tests[0]) == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:20]
-    assert B.test_key(spec, "x", tests[2]) != B.test_key(spec, "x", tests[0])
+    assert bench_spec.test_key(spec, "x", tests[0]) == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:20]
+    assert bench_spec.test_key(spec, "x", tests[2]) != bench_spec.test_key(spec, "x", tests[0])
 
 
 @pytest.mark.engine
@@ -280,14 +286,14 @@ def test_the_cpu_threadpool_llama_bench_attaches_changes_no_result(smollm2):
         def logits_of(pool: bool) -> np.ndarray:
             ctx = open_context(e, n_ctx=64, n_batch=64, n_ubatch=64)
             try:
-                dec = B._Decoder(ctx.ctx, *B._vocab(e), seed=3)
+                dec = Decoder(ctx.ctx, *vocab(e), seed=3)
                 toks = dec.tokens(8)
                 if pool:
                     with cpu_threadpool(ctx.ctx, 2):
                         dec.gen(toks)
                 else:
                     dec.gen(toks)
-                n_vocab = B._vocab(e)[0]
+                n_vocab = vocab(e)[0]
                 out = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ctx, -1), shape=(n_vocab,)).copy()
                 dec.gen(dec.tokens(2))  # detached: still decodes
                 return out
@@ -344,10 +350,10 @@ def test_a_row_after_a_cut_last_line_stays_a_line_of_its_own(tmp_path):
     (that test reruns), and the next row is appended as a line of its own."""
     f = tmp_path / "results.jsonl"
     f.write_text(json.dumps({"key": "a", "v": 1}) + "\n" + '{"key": "b", "v"')
-    B._append(f, {"key": "c", "v": 3})
+    append_row(f, {"key": "c", "v": 3})
     lines = f.read_text().splitlines()
     assert lines[-1] == json.dumps({"key": "c", "v": 3})
-    assert set(B.load_results(f)) == {"a", "c"}
+    assert set(load_results(f)) == {"a", "c"}
 
 
 @pytest.mark.engine
@@ -397,20 +403,20 @@ def test_csv_of_a_run_with_batched_is_one_table(smollm2, tmp_path):
     assert [t["n_prompt"] for t in table[:2]] == ["8", "0"] and float(table[1]["avg_ts"]) > 0
     assert [t["pl"] for t in table[2:]] == ["1", "2"] and all(float(t["speed_tg"]) > 0 for t in table[2:])
     assert table[2]["avg_ts"] == ""  # a batched row has no llama-bench t/s
-    assert list(csv.DictReader(io.StringIO(B.csv_text(B.load_results(tmp_path / "b" / "results.jsonl").values())))) == table
+    assert list(csv.DictReader(io.StringIO(csv_text(load_results(tmp_path / "b" / "results.jsonl").values())))) == table
 
 
 @pytest.mark.engine
 def test_a_result_of_another_engine_build_is_measured_again(smollm2, tmp_path):
     spec = _spec(smollm2, tmp_path / "b", ctv=("f16",), depths=(0,))
     spec.reps = 1
-    first = B.run_bench(spec)
+    first = run_bench(spec)
     assert all(r["engine_fingerprint"] and r["build_commit"] for r in first)
-    assert [r["samples_ns"] for r in B.run_bench(spec)] == [r["samples_ns"] for r in first]  # same build: resumed
+    assert [r["samples_ns"] for r in run_bench(spec)] == [r["samples_ns"] for r in first]  # same build: resumed
     lines = spec.results.read_text().splitlines()
     spec.results.write_text("".join(json.dumps({**json.loads(x), "engine_fingerprint": "another"}) + "\n" for x in lines))
     logged = []
-    again = B.run_bench(spec, log=logged.append)
+    again = run_bench(spec, log=logged.append)
     assert any("another engine build" in m for m in logged)
     assert [r["samples_ns"] for r in again] != [r["samples_ns"] for r in first]
     assert all(r["engine_fingerprint"] == first[0]["engine_fingerprint"] for r in again)
@@ -434,9 +440,9 @@ def test_one_directory_adds_up_the_runs_of_one_model(smollm2, model_file, tmp_pa
 
 
 def test_fa_on_and_auto_are_one_measurement():
-    assert B.parse_fa_list("1,0,auto") == ["on", "off"]
-    assert B.parse_fa_list("auto,on") == ["auto"]
-    assert B.parse_fa_list("off,0") == ["off"]
+    assert parse_fa_list("1,0,auto") == ["on", "off"]
+    assert parse_fa_list("auto,on") == ["auto"]
+    assert parse_fa_list("off,0") == ["off"]
 
 
 @pytest.mark.engine
@@ -469,14 +475,14 @@ def test_kv_bytes_read_per_token_at_depth_512_match_a_hand_count_for_smollm2(k, 
     from tqgguf.runtime import KVCacheInfo
 
     layers = ModelLayers("llama", 30, False, 0, 64, 64, 3)
-    b = B.kv_bytes_per_cell(KVCacheInfo(False, 1024, 30, k, v), layers, _hand_row_bytes)
+    b = kv_bytes_per_cell(KVCacheInfo(False, 1024, 30, k, v), layers, _hand_row_bytes)
     assert b == per_cell
     # tg1 @ d512 reads the 512 cells of the depth and its own: 513; tg4 @ d512: 513..516, mean 514.5
-    assert B.kv_read_bytes([(b, False)], 512, 1) == per_cell * 513
-    assert B.kv_read_bytes([(b, False)], 512, 4) == per_cell * 514.5
+    assert kv_read_bytes([(b, False)], 512, 1) == per_cell * 513
+    assert kv_read_bytes([(b, False)], 512, 4) == per_cell * 514.5
     # a sliding-window cache of 256 cells reads 256 of them at that depth; pp rows read none here
-    assert B.kv_read_bytes([(b, True)], 512, 4, n_swa=256) == per_cell * 256
-    assert B.kv_read_bytes([(b, False)], 512, 0) == 0
+    assert kv_read_bytes([(b, True)], 512, 4, n_swa=256) == per_cell * 256
+    assert kv_read_bytes([(b, False)], 512, 0) == 0
 
 
 def test_the_engine_s_plan_line_gives_a_cache_s_bytes_per_cell():
@@ -495,21 +501,21 @@ def test_the_engine_s_plan_line_gives_a_cache_s_bytes_per_cell():
     assert (full.swa, full.cells, full.n_layers, full.plan_bytes_per_token) == (False, 4096, 3, None)
     assert (window.swa, window.n_layers, window.plan_bytes_per_token) == (True, 15, 4321)
     layers = ModelLayers("gemma3", 18, True, 0, 256, 256, 1)
-    assert B.kv_bytes_per_cell(full, layers, _hand_row_bytes) == 3 * 2 * 512
-    assert B.kv_bytes_per_cell(window, layers, _hand_row_bytes) == 4321
+    assert kv_bytes_per_cell(full, layers, _hand_row_bytes) == 3 * 2 * 512
+    assert kv_bytes_per_cell(window, layers, _hand_row_bytes) == 4321
 
 
 def test_weight_bytes_per_token_leave_out_the_gathered_embeddings_unless_they_are_the_output():
     untied = {"token_embd.weight": 1000, "output.weight": 1000, "blk.0.attn_q.weight": 10}
-    assert B.weight_read_bytes(untied) == 1010
+    assert weight_read_bytes(untied) == 1010
     tied = {"token_embd.weight": 1000, "blk.0.attn_q.weight": 10}
-    assert B.weight_read_bytes(tied) == 1010  # the embedding matrix is the output layer, read whole
+    assert weight_read_bytes(tied) == 1010  # the embedding matrix is the output layer, read whole
 
 
 @pytest.mark.parametrize("ngl,where", [(0, "cpu"), (-1, "gpu"), (31, "gpu"), (99, "gpu"), (30, None), (5, None)])
 def test_the_bandwidth_fraction_needs_every_weight_on_one_device(ngl, where, tmp_path):
-    spec = B.BenchSpec(model=tmp_path / "m.gguf", tests=[], configs=[], n_gpu_layers=ngl)
-    assert B.weights_on(spec, 30) == where
+    spec = BenchSpec(model=tmp_path / "m.gguf", tests=[], configs=[], n_gpu_layers=ngl)
+    assert weights_on(spec, 30) == where
 
 
 @pytest.mark.engine
@@ -525,13 +531,13 @@ def test_tg_rows_carry_the_bytes_read_and_the_fraction_of_the_measured_bandwidth
     assert by[("q8_0", 0)]["kv_read_bytes"] == 30 * (384 + 204) * 2.5
     # SmolLM2's embeddings are its output layer: every byte of the file is read per token
     assert tg[0]["weight_read_bytes"] == tg[0]["model_size"] == sum(tensor_bytes(spec.model, _sizes()).values())
-    bw = json.loads((spec.out_dir / B.BANDWIDTH_FILE).read_text())["cpu, 1 threads"]
+    bw = json.loads((spec.out_dir / BANDWIDTH_FILE).read_text())["cpu, 1 threads"]
     assert 1e8 < bw["bytes_per_s"] < 1e13
     for r in tg:
         assert r["bandwidth_source"] == "measured" and r["bandwidth_bytes_per_s"] == bw["bytes_per_s"]
         assert r["bandwidth_fraction"] == pytest.approx((r["kv_read_bytes"] + r["weight_read_bytes"]) * r["avg_ts"]
                                                         / bw["bytes_per_s"])
-    cells = B.markdown(rows).splitlines()
+    cells = markdown(rows).splitlines()
     assert cells[0].rstrip().endswith("| KV MB/tok |  W MB/tok |  % BW meas |")
     assert cells[2].rstrip().endswith("|         - |         - |          - |")  # pp16
     last = [c.strip() for c in cells[3].strip("| ").split("|")][-3:]  # tg4: KV, W, % BW
@@ -555,4 +561,4 @@ def test_a_given_bandwidth_is_used_and_named_in_the_header(smollm2, tmp_path):
     assert lines[0].rstrip().endswith("| % BW given |")
     row = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
     assert row["bandwidth_source"] == "given" and row["bandwidth_bytes_per_s"] == 2.5e9
-    assert not (tmp_path / B.BANDWIDTH_FILE).exists()  # nothing measured
+    assert not (tmp_path / BANDWIDTH_FILE).exists()  # nothing measured

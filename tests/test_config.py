@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from tqgguf.cachetypes import KV_CACHE_TYPES
 from tqgguf.cli import main
-from tqgguf.config import (OLLAMA_OWN_VARIABLES, VARIABLES, Settings, SettingsError, closest_variable, format_duration,
-                           parse_duration, parse_host, resolve_settings, settings_report, unknown_variables)
+from tqgguf.config import Settings, SettingsError, resolve_settings, settings_report
+from tqgguf.values import format_duration, parse_duration, parse_host
+from tqgguf.variables import OLLAMA_OWN_VARIABLES, VARIABLES, closest_variable, unknown_variables
 
 # (setting, flag key, flag value, TQGGUF variable, value, OLLAMA variable or None, value,
 #  expected value from flag, from TQGGUF, from OLLAMA, default)

@@ -107,7 +107,7 @@ def test_kv_plan_line_lists_only_the_layers_that_exist(smollm2, wiki):
 
 
 def test_a_context_past_the_training_context_is_warned_about(smollm2):
-    from tqgguf.bench import n_ctx_train
+    from tqgguf.bench.spec import n_ctx_train
     from tqgguf.runtime import open_model, training_context_warning
 
     train = n_ctx_train(smollm2)  # GGUF <arch>.context_length

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tqgguf.config import VARIABLES
+from tqgguf.variables import VARIABLES
 
 pytestmark = pytest.mark.engine
 

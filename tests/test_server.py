@@ -25,7 +25,7 @@ import httpx
 import jsonschema
 import pytest
 
-from tqgguf.config import VARIABLES
+from tqgguf.variables import VARIABLES
 
 ollama = pytest.importorskip("ollama")
 openai = pytest.importorskip("openai")

@@ -234,12 +234,14 @@ def test_the_engine_loads_the_other_architectures(name, n_layer, facts, tmp_path
 
 @pytest.mark.engine
 def test_bench_marks_a_shape_s_rows_and_table_as_speed_only(small, tmp_path):
-    from tqgguf import bench as B
+    from tqgguf.bench.report import markdown, table_title
+    from tqgguf.bench.runner import run_bench
+    from tqgguf.bench.spec import BenchSpec, configs_of, expand, validate
 
-    spec = B.BenchSpec(model=small, tests=B.expand(["f16"], ["f16"], ["auto"], [0], [1], [0]),
-                       configs=B.configs_of(["f16"], ["f16"], ["auto"]), reps=1, n_threads=2, out_dir=tmp_path)
-    B.validate(spec)
-    rows = B.run_bench(spec)
+    spec = BenchSpec(model=small, tests=expand(["f16"], ["f16"], ["auto"], [0], [1], [0]),
+                     configs=configs_of(["f16"], ["f16"], ["auto"]), reps=1, n_threads=2, out_dir=tmp_path)
+    validate(spec)
+    rows = run_bench(spec)
     assert rows[0]["speed_only"] is True
-    assert B.markdown(rows).splitlines()[2].startswith("| llama ?B Q4_0 (speed only)")
-    assert B.table_title(small, rows) == f"model: {small.name} (random weights, speed only)"
+    assert markdown(rows).splitlines()[2].startswith("| llama ?B Q4_0 (speed only)")
+    assert table_title(small, rows) == f"model: {small.name} (random weights, speed only)"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .cachetypes import TURBO_TYPES, ggml_type_id, libggml_base, type_info
-from .config import Endpoint, parse_endpoints
+from .values import Endpoint, parse_endpoints
 from .engine import EngineError, _libggml, dev_api, ensure_engine
 
 #: RPC_PROTO_MAJOR_VERSION / RPC_PROTO_MINOR_VERSION (ggml/include/ggml-rpc.h): a worker must

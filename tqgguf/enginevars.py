@@ -10,7 +10,7 @@ Two kinds, both printed once per process to stderr (never an error: the run goes
   which value wins, why, and how to get the other one.
 - **Unknown ``TQGGUF_*`` variables** (likely typos, e.g. ``TQGGUF_KV_CACHE_TYP``), and
   ``OLLAMA_*`` ones close to a variable tqgguf reads that Ollama does not read either
-  (``OLLAMA_KV_CACHE_TYP``), with the closest declared name (tqgguf.config.unknown_variables). ``tqgguf env`` lists them too; every other verb warns through
+  (``OLLAMA_KV_CACHE_TYP``), with the closest declared name (tqgguf.variables.unknown_variables). ``tqgguf env`` lists them too; every other verb warns through
   :func:`warn_unknown_variables`, which the CLI group calls before any verb runs.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _same(var: str, user: str, value: str) -> bool:
     if user.strip() == value:
         return True
     if var == "LLAMA_ATTN_ROT_DISABLE":
-        from .config import parse_bool
+        from .values import parse_bool
 
         try:
             return parse_bool(user) == parse_bool(value)
@@ -86,10 +86,10 @@ def warn_overrides(wanted: Mapping[str, str], meaning: Mapping[str, str], *,
 
 
 def unknown_variable_messages(environ: Mapping[str, str] | None = None) -> list[str]:
-    """One warning per set variable that tqgguf does not read (tqgguf.config.unknown_variables:
+    """One warning per set variable that tqgguf does not read (tqgguf.variables.unknown_variables:
     ``TQGGUF_*``, near-miss ``OLLAMA_*``), with the closest declared name when there is one
     (``TQGGUF_KV_CACHE_TYP`` -> ``TQGGUF_KV_CACHE_TYPE``, ``OLLAMA_KV_CACHE_TYP`` -> ``OLLAMA_KV_CACHE_TYPE``)."""
-    from .config import closest_variable, unknown_variables
+    from .variables import closest_variable, unknown_variables
 
     out = []
     for name in unknown_variables(environ):

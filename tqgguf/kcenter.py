@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from .cachetypes import is_quantized, libggml_base
-from .config import KCenter, KCenterError, parse_k_center
+from .values import KCenter, KCenterError, parse_k_center
 from .engine import EngineError, engine_env, ensure_engine
 from .fsutil import atomic_output, sha256_file_cached
 from .kvplan import model_layers

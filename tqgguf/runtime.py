@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .cachetypes import (FLASH_ATTN_MODES, FLASH_ATTN_RULE, check_cache_type, flash_attn_conflict, ggml_type_id,
                          type_info)
-from .config import parse_k_center
+from .values import parse_k_center
 from .devices import Offload, check_tensor_split, parse_placement, placement_lines
 from .engine import EngineError, GPUOffloadError, capture, engine_env, ensure_engine
 from . import kcenter

@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # GPU machine (one H200, no internet): issue 26 item 2, the turbo FA decode kernel against the
-# HBM roofline. One build; the new decode kernel (native/ggml/src/ggml-cuda/turbo-fattn-dec.cuh)
-# and the old vector kernel are picked at run time by GGML_CUDA_TURBO_FA_DEC=1 / 0, so every
-# measurement below runs both from the same binaries. Work dir /tmp/tqr; results under $OUT.
+# HBM roofline. One build; the decode kernel's variants (native/ggml/src/ggml-cuda/turbo-fattn-dec.cuh:
+# 1 direct loads, 2 staged through shared memory with cp.async, 3 = 2 at 4 blocks per SM) and the old
+# vector kernel are picked at run time by GGML_CUDA_TURBO_FA_DEC=1/2/3 / 0, so every measurement
+# below runs them all from the same binaries. Work dir /tmp/tqr; results under $OUT.
 #
 #   scripts/gpu/pack.sh                      (here) .device/cuda/tree.tar.xz from this checkout
 #   scripts/gpu/roofline.sh build            unpack, configure, build test-backend-ops, llama-bench,
 #                                            llama-batched-bench (+ copy-bandwidth), ~6 min on 16 cores
 #   scripts/gpu/roofline.sh check            test-backend-ops -b CUDA0, turbo cases of FLASH_ATTN_EXT,
 #                                            SET_ROWS, GET_ROWS; FLASH_ATTN_EXT once per value in DECS
-#                                            (env, default "1 1:4 0": new kernel; new with every GQA case
+#                                            (env, default "1 2 3 2:4 0": each variant; 2 with every GQA case
 #                                            grouped, GGML_CUDA_TURBO_FA_GQA=4; old); OK / FAIL / not supported
 #   scripts/gpu/roofline.sh kernel           FA decode alone, hd 128 / 8 KV heads / GQA 4 / KV 32768 /
 #                                            1 query (and hd 64 / GQA 8 / KV 7680), f16, q8_0, turbo4,
 #                                            turbo3, turbo2: µs, GB/s and share of the copy bandwidth
-#                                            measured in the same run; turbo rows with DEC=0 and DEC=1
+#                                            measured in the same run; turbo rows once per DEC in DECS
+#                                            (default "0 1 2 3"; DEC:G entries are skipped)
+#   scripts/gpu/roofline.sh table            only the table of "kernel", from the fa-perf-dec*.txt and
+#                                            copy-bandwidth.txt already in $OUT (a dry run of the parsing)
 #   scripts/gpu/roofline.sh bench MODEL      llama-bench -ngl 99 -fa 1 -p 512 -n 64 -d 0,16384,65536 -r 3
 #                                            -o md per K/V pair (KVS), the turbo/turbo pairs once per
 #                                            value in DECS (default "1 0"); ~8-10 min for the defaults:
 #                                            split with KVS=... / DECS=... over several calls if needed
 #   scripts/gpu/roofline.sh batched MODEL    llama-batched-bench S_TG: equal KV memory (f16 64 seqs vs
 #                                            turbo4 240 seqs of 4096+128) and equal batch (128 x 2048+128)
-#                                            RUNS="K/V:NPL:NPP[:DEC] ..." overrides
+#                                            RUNS="K/V:NPL:NPP[:DEC] ..." overrides; more than 256 sequences
+#                                            need patch 0011 (LLAMA_MAX_SEQ 1024), e.g. turbo4/turbo4:480:2048:2
 #   scripts/gpu/roofline.sh model PATH       write the 8B-shaped random GGUF with scripts/gpu/write_shape.py
 #                                            (if that script is in the tree)
 # Several subcommands run in order in one call: roofline.sh build check kernel. The machine is
@@ -51,6 +56,8 @@ bits() {
     esac
 }
 is_turbo_pair() { case $1 in turbo*/turbo*) return 0 ;; *) return 1 ;; esac; }
+# the DEC values of DECS for the kernel table (DEC:G entries are check's, skipped here)
+kernel_decs() { for d in ${DECS:-0 1 2 3}; do case $d in *:*) ;; *) echo "$d" ;; esac; done; }
 
 sub() {
 case "$1" in
@@ -75,7 +82,7 @@ build)
     ;;
 check)
     built
-    DECS=${DECS:-1 1:4 0}
+    DECS=${DECS:-1 2 3 2:4 0}
     timeout 300 "$BIN/test-backend-ops" -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo -j 8 > "$OUT/tbo-rows.txt" 2>&1 || echo "SET_ROWS/GET_ROWS run: rc $?"
     bash scripts/gpu/tbo_summary.sh "$OUT/tbo-rows.txt" | grep -E "SET_ROWS|GET_ROWS" | tee "$OUT/check-summary.txt"
     for run in $DECS; do  # DEC or DEC:G (G: GGML_CUDA_TURBO_FA_GQA, forces the heads per block on small cases)
@@ -93,21 +100,28 @@ kernel)
     { [ -x "$BIN/copy-bandwidth" ] && "$BIN/copy-bandwidth"; } | tee "$OUT/copy-bandwidth.txt" || true
     copy=$(grep -oE "[0-9]+(\.[0-9]+)? GB/s" "$OUT/copy-bandwidth.txt" | tail -1 | awk '{print $1}' || true)
     filt='hsk=(64|128),hsv=(64|128),nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(f16|q8_0|turbo4|turbo3|turbo2),type_V=(f16|q8_0|turbo4|turbo3|turbo2),'
-    for dec in 0 1; do
-        GGML_CUDA_TURBO_FA_DEC=$dec "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$filt" > "$OUT/fa-perf-dec$dec.txt" 2>&1 || echo "perf DEC=$dec failed"
+    filt_turbo='hsk=(64|128),hsv=(64|128),nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(turbo4|turbo3|turbo2),type_V=(turbo4|turbo3|turbo2),'
+    for dec in $(kernel_decs); do  # DEC != 0 changes only turbo/turbo pairs: only those are run again
+        f=$filt; [ "$dec" != 0 ] && f=$filt_turbo
+        GGML_CUDA_TURBO_FA_DEC=$dec "$BIN/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$f" > "$OUT/fa-perf-dec$dec.txt" 2>&1 || echo "perf DEC=$dec failed"
     done
+    sub table
+    ;;
+table)
+    copy=$(grep -oE "[0-9]+(\.[0-9]+)? GB/s" "$OUT/copy-bandwidth.txt" 2> /dev/null | tail -1 | awk '{print $1}' || true)
     {
         echo "copy bandwidth (read + write): ${copy:-?} GB/s"
         echo
         echo "| hd | KV heads | GQA | KV | K / V | DEC | us/call | KV MB | GB/s | of copy |"
         echo "|---|---|---|---|---|---|---|---|---|---|"
-        for dec in 0 1; do
+        for dec in $(kernel_decs); do
+            [ -e "$OUT/fa-perf-dec$dec.txt" ] || continue
             { grep -E "FLASH_ATTN_EXT\(.*us/run" "$OUT/fa-perf-dec$dec.txt" || true; } | sed -E 's/\x1b\[[0-9;]*m//g' | while read -r line; do
                 hd=$(sed -E 's/.*hsk=([0-9]+).*/\1/' <<< "$line"); nh=$(sed -E 's/.*,nh=([0-9]+).*/\1/' <<< "$line")
                 gqa=$(sed -E 's/.*nr23=\[([0-9]+),.*/\1/' <<< "$line"); kv=$(sed -E 's/.*,kv=([0-9]+).*/\1/' <<< "$line")
                 tk=$(sed -E 's/.*type_K=([a-z0-9_]+).*/\1/' <<< "$line"); tv=$(sed -E 's/.*type_V=([a-z0-9_]+).*/\1/' <<< "$line")
                 us=$(sed -E 's/.* ([0-9.]+) us\/run.*/\1/' <<< "$line")
-                if [ "$dec" = 1 ] && ! is_turbo_pair "$tk/$tv"; then continue; fi
+                if [ "$dec" != 0 ] && ! is_turbo_pair "$tk/$tv"; then continue; fi  # DEC only changes turbo/turbo
                 awk -v hd="$hd" -v nh="$nh" -v gqa="$gqa" -v kv="$kv" -v tk="$tk" -v tv="$tv" -v dec="$dec" -v us="$us" \
                     -v bk="$(bits "$tk")" -v bv="$(bits "$tv")" -v copy="${copy:-0}" 'BEGIN {
                     mb = kv * nh * hd * (bk + bv) / 8 / 1e6; gbs = mb * 1e6 / (us * 1e-6) / 1e9;
@@ -136,7 +150,7 @@ batched)
     built
     M=${2:?model path}; tag=$(basename "$M" .gguf)
     for run in ${RUNS:-f16/f16:64:4096 turbo4/turbo4:240:4096:1 f16/f16:128:2048 q8_0/q8_0:128:2048 \
-               turbo4/turbo4:128:2048:1 turbo4/turbo4:128:2048:0 turbo3/turbo3:128:2048:1}; do
+               turbo4/turbo4:128:2048:1 turbo4/turbo4:128:2048:0 turbo3/turbo3:128:2048:1 turbo4/turbo4:480:2048:1}; do
         IFS=: read -r kv npl npp dec <<< "$run"
         envs=(); [ -n "${dec:-}" ] && envs=(GGML_CUDA_TURBO_FA_DEC=$dec)
         f="$OUT/batched-$tag-${kv/\//-}-$npl-$npp${dec:+-dec$dec}.txt"

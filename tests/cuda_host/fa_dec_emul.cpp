@@ -135,7 +135,7 @@ struct fa_case {
     bool cells = false;  // the KV cache's layout: a cell's heads side by side (row stride = all heads)
 };
 
-template <int D, ggml_type tK, ggml_type tV>
+template <int D, ggml_type tK, ggml_type tV, int VAR = 1>
 static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     typedef typename ggml_cuda_turbo_traits<tK>::block bK;
     typedef typename ggml_cuda_turbo_traits<tV>::block bV;
@@ -179,7 +179,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     std::vector<float2> meta((size_t) nseq*nhq*P);
     gridDim = { 1, (unsigned) P, (unsigned) (nhq/G*nseq) };
     blockDim = { 32, 4, 1 };
-    auto kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV> : flash_attn_ext_turbo_dec<D, 1, tK, tV>;
+    auto kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
     const uint3 ne01 = { 0, 0, 1 };
     for (unsigned z = 0; z < gridDim.z; ++z) {
         for (unsigned y = 0; y < gridDim.y; ++y) {
@@ -250,8 +250,8 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     }
     const double nmse = err2/ref2;
     const bool ok = nmse < 1e-4 && std::isfinite(nmse);  // measured ~1e-6; a wrong element mapping gives ~1e-2
-    printf("%s D=%3d %s/%s kv=%4d kvh=%d gqa=%d G=%d seq=%d P=%d mask=%d sinks=%d alibi=%g cells=%d: NMSE %.3e max|err| %.3e\n",
-        ok ? "OK  " : "FAIL", D, tname(tK), tname(tV), nkv, fc.nh_kv, fc.gqa, G, nseq, P, fc.mask, fc.sinks, fc.max_bias, fc.cells, nmse, maxerr);
+    printf("%s VAR=%d D=%3d %s/%s kv=%4d kvh=%d gqa=%d G=%d seq=%d P=%d mask=%d sinks=%d alibi=%g cells=%d: NMSE %.3e max|err| %.3e\n",
+        ok ? "OK  " : "FAIL", VAR, D, tname(tK), tname(tV), nkv, fc.nh_kv, fc.gqa, G, nseq, P, fc.mask, fc.sinks, fc.max_bias, fc.cells, nmse, maxerr);
     return ok;
 }
 
@@ -277,6 +277,22 @@ int main() {
     ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
     ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0>(cases[1], rng);
     ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[4], rng);
+    // the staged variants (rows copied to shared memory a tile ahead; VAR 3 differs in launch
+    // bounds only): every case for turbo4 and turbo3 at hd 128 and turbo4 at hd 64 (34-byte rows:
+    // 2-byte aligned starts), one each for the other pairs
+    for (const fa_case & fc : cases) {
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 2>(fc, rng);
+        ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 2>(fc, rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 2>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 2>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 2>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 2>(cases[1], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 2>(cases[6], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 2>(cases[6], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 2>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 3>(cases[6], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 3>(cases[1], rng);
     printf("%s\n", ok ? "all OK" : "FAILURES");
     return ok ? 0 : 1;
 }

@@ -64,7 +64,9 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     K x V x fa x layer plan x depth combination, measured the way llama-bench does (pp and
     tg tests, t/s mean ± std over -r runs), with --batched llama-batched-bench's S_TG table.
     K centering and the rotation are those of `ppl` and `serve` (flag > TQGGUF_* > default)."""
-    from .. import bench
+    from ..bench import report, runner
+    from ..bench.spec import (BatchedSpec, BenchSpec, configs_of, expand, parse_fa_list, parse_int_list, parse_type_list,
+                              validate)
     from ..config import SettingsError, resolve_settings
     from ..kvplan import parse_plan_axes
     from ..models import ModelError, resolve_model
@@ -83,25 +85,25 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     flash_attn = flash_attn if flash_attn is not None else st.flash_attention
     offload = resolve_offload(st, kv_types=[*str(ctk).split(','), *str(ctv).split(',')])
     try:
-        ks, vs = bench.parse_type_list(ctk, "-ctk"), bench.parse_type_list(ctv, "-ctv")
-        fas = bench.parse_fa_list(flash_attn)
-        ps = bench.parse_int_list(n_prompt, "-p", minimum=0)
-        ns = bench.parse_int_list(n_gen, "-n", minimum=0)
-        ds = bench.parse_int_list(n_depth, "-d", minimum=0)
+        ks, vs = parse_type_list(ctk, "-ctk"), parse_type_list(ctv, "-ctv")
+        fas = parse_fa_list(flash_attn)
+        ps = parse_int_list(n_prompt, "-p", minimum=0)
+        ns = parse_int_list(n_gen, "-n", minimum=0)
+        ds = parse_int_list(n_depth, "-d", minimum=0)
         plans = parse_plan_axes(kv_boundary, kv_swa, kv_plan)
         bspec = None
         if batched:
-            bspec = bench.BatchedSpec(tuple(bench.parse_int_list(npp, "-npp", minimum=1)),
-                                      tuple(bench.parse_int_list(ntg, "-ntg", minimum=1)),
-                                      tuple(bench.parse_int_list(npl, "-npl", minimum=1)))
+            bspec = BatchedSpec(tuple(parse_int_list(npp, "-npp", minimum=1)),
+                                tuple(parse_int_list(ntg, "-ntg", minimum=1)),
+                                tuple(parse_int_list(npl, "-npl", minimum=1)))
         path = resolve_model(model)
-        spec = bench.BenchSpec(model=path, tests=bench.expand(ks, vs, fas, ps, ns, ds, plans),
-                               configs=bench.configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
-                               n_threads=threads, offload=offload, warmup=not no_warmup, batched=bspec,
-                               beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
-                               bandwidth=bandwidth * 1e9 if bandwidth else None,
-                               out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model.replace(':', '-')}"))
-        bench.validate(spec)
+        spec = BenchSpec(model=path, tests=expand(ks, vs, fas, ps, ns, ds, plans),
+                         configs=configs_of(ks, vs, fas, plans), reps=reps, n_batch=n_batch, n_ubatch=n_ubatch,
+                         n_threads=threads, offload=offload, warmup=not no_warmup, batched=bspec,
+                         beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
+                         bandwidth=bandwidth * 1e9 if bandwidth else None,
+                         out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model.replace(':', '-')}"))
+        validate(spec)
         if not spec.tests:  # only --batched runs: say which flags had nothing to apply to
             src = click.get_current_context().get_parameter_source
             idle = [f for f, p in (("-d", "n_depth"), ("-r", "reps"), ("--no-warmup", "no_warmup"))
@@ -115,12 +117,12 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         raise click.ClickException(str(e)) from e
 
     state = {"test_header": False, "batched_header": False, "csv": set()}
-    with_plan = bench.has_plans(spec)  # the table's columns are fixed before the first row comes
+    with_plan = report.has_plans(spec)  # the table's columns are fixed before the first row comes
     try:
-        with_center = bench.has_center(spec)
+        with_center = report.has_center(spec)
     except ValueError as e:  # not a readable GGUF
         raise click.UsageError(str(e)) from e
-    with_roof = bench.has_roofline(spec)
+    with_roof = report.has_roofline(spec)
     all_rows: list[dict] = []
     csv_kind = "both" if spec.tests and spec.batched else None  # else the one kind the run has
 
@@ -128,24 +130,24 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         all_rows.append(row)
         kind = row.get("kind", "test")
         if fmt == "jsonl":
-            click.echo(bench.jsonl_line(row))
+            click.echo(report.jsonl_line(row))
         elif fmt == "csv":  # one table: a run with both kinds gets their union and a kind column
-            fields = bench.csv_fields(csv_kind or kind, with_plan, with_center, with_roof)
+            fields = report.csv_fields(csv_kind or kind, with_plan, with_center, with_roof)
             if not state["csv"]:
                 state["csv"].add(kind)
-                click.echo(bench.csv_line(fields))
-            click.echo(bench.csv_row(row, fields))
+                click.echo(report.csv_line(fields))
+            click.echo(report.csv_row(row, fields))
         elif kind == "test":
-            cols = bench.test_columns([row], with_plan, with_center, with_roof, bench.roofline_source(spec))
+            cols = report.test_columns([row], with_plan, with_center, with_roof, report.roofline_source(spec))
             if not state["test_header"]:
                 state["test_header"] = True
-                click.echo(bench.markdown_header([row], cols))
-            click.echo(bench.markdown_row(row, cols))
+                click.echo(report.markdown_header([row], cols))
+            click.echo(report.markdown_row(row, cols))
         else:
             if not state["batched_header"]:
                 state["batched_header"] = True
-                click.echo(("\n" if state["test_header"] else "") + bench.batched_header(with_plan))
-            click.echo(bench.batched_row(row, with_plan))
+                click.echo(("\n" if state["test_header"] else "") + report.batched_header(with_plan))
+            click.echo(report.batched_row(row, with_plan))
 
     # Ctrl-C: Python raises KeyboardInterrupt where it lands, but one that lands inside a
     # ctypes callback (llama.cpp's log callback, during a context's creation) is printed and
@@ -172,13 +174,13 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         from ..devices import set_fatal_note
 
         set_fatal_note(f"bench: the finished results are kept in {spec.results}; the same command resumes from there")
-        rows = bench.run_bench(spec, on_result=shown, log=log)
+        rows = runner.run_bench(spec, on_result=shown, log=log)
     except (EngineError, EngineNotBuiltError, RuntimeError, OSError) as e:
         raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
         if all_rows:
-            everything = bench.directory_rows(spec, all_rows)
-            (spec.out_dir / "table.md").write_text(f"{bench.table_title(path, everything)}\n\n{bench.markdown(everything)}\n")
+            everything = report.directory_rows(spec, all_rows)
+            (spec.out_dir / "table.md").write_text(f"{report.table_title(path, everything)}\n\n{report.markdown(everything)}\n")
         click.echo(f"bench: interrupted; {len(all_rows)} finished result(s) kept in {spec.results}"
                    f"{' and table.md' if all_rows else ''}; the same command resumes from there", err=True)
         click.get_current_context().exit(130)
@@ -187,10 +189,10 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
             signal.signal(signal.SIGINT, previous)
     # the table and the plot show every result in the directory (runs add up: K = V diagonals
     # are separate runs), this run's rows last
-    everything = bench.directory_rows(spec, rows)
-    (spec.out_dir / "table.md").write_text(f"{bench.table_title(path, everything)}\n\n{bench.markdown(everything)}\n")
+    everything = report.directory_rows(spec, rows)
+    (spec.out_dir / "table.md").write_text(f"{report.table_title(path, everything)}\n\n{report.markdown(everything)}\n")
     written = ["results.jsonl", "table.md"]
     if not no_plot:
-        bench.plot(everything, spec.out_dir / "bench.png", f"{bench.table_title(path, everything)[7:]}: t/s by depth")
+        report.plot(everything, spec.out_dir / "bench.png", f"{report.table_title(path, everything)[7:]}: t/s by depth")
         written.append("bench.png")
     click.echo(f"bench: wrote {', '.join(str(spec.out_dir / w) for w in written)}", err=True)

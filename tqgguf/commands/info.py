@@ -95,7 +95,7 @@ def command(as_json, rpc):
     """Show the installed engine: pin, fingerprint, backends, devices, KV cache types."""
     try:
         if rpc:
-            from ..config import parse_endpoints
+            from ..values import parse_endpoints
             from ..devices import DeviceError, WorkerError, use_workers
 
             try:

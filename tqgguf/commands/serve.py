@@ -114,7 +114,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     except DeviceError as e:
         raise click.UsageError(str(e)) from None
     if offload.rpc:  # every worker reachable and turbo-capable before anything starts (the child would abort)
-        from ..config import parse_endpoints
+        from ..values import parse_endpoints
         from ..devices import WorkerError, check_distinct, probe_worker
 
         try:
@@ -276,7 +276,7 @@ class _EngineEnv:
         import os
 
         from ..cachetypes import FLASH_ATTN_RULE, flash_attn_conflict
-        from ..config import parse_k_center
+        from ..values import parse_k_center
         from ..engine import engine_env
         from ..enginevars import warn_overrides
         from ..kcenter import check_full, engine_value, resolve_auto

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..config import format_size
+from ..values import format_size
 from .child import ChildError
 from .ollama import RequestError
 from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, Unavailable

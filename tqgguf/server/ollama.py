@@ -15,7 +15,8 @@ import datetime as dt
 import json
 from typing import Any
 
-from ..config import MIN_CONTEXT, parse_duration
+from ..config import MIN_CONTEXT
+from ..values import parse_duration
 from .runners import LOAD_OPTIONS
 
 #: The Ollama API level these routes follow (logprobs on /api/chat and /api/generate came in 0.12.11).

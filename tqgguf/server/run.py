@@ -25,7 +25,7 @@ import subprocess
 import threading
 from typing import Callable
 
-from ..config import format_duration, format_size
+from ..values import format_duration, format_size
 from ..engine import GPUOffloadError
 from .child import gpu_devices
 from .runners import Manager, Runner, ServeConfig
@@ -97,7 +97,7 @@ def runner_placement(runner: Runner) -> list[str]:
     """Where the runner's llama-server put the layers and their K and V cache, one line per
     device (tqgguf.devices.parse_placement over its load log); [] when it cannot be told."""
     from ..cachetypes import type_info
-    from ..config import parse_endpoints
+    from ..values import parse_endpoints
     from ..devices import parse_placement, placement_lines
     from ..kvplan import build_plan, model_layers
 

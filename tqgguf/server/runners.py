@@ -382,7 +382,7 @@ class Runner:
         if off is None or not off.rpc:
             return
         from ..devices import WorkerError, probe_worker
-        from ..config import parse_endpoints
+        from ..values import parse_endpoints
 
         for ep in parse_endpoints(off.rpc):
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cachetypes import check_cache_type, is_quantized
-from ..config import parse_k_center
+from ..values import parse_k_center
 from ..kvplan import plan_label
 
 DEFAULT_K = ("f16", "q8_0", "q4_0", "turbo4", "turbo3")

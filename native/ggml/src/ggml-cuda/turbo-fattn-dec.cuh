@@ -30,7 +30,8 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel; unset = GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
+// change), 1 = use this kernel, 2 and 3 its staged variants (below); unset =
+// GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
 #include "common.cuh"
@@ -50,9 +51,79 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
     return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
 }
 
+// Variants (GGML_CUDA_TURBO_FA_DEC=1..3, one build measures all; docs/CUDA.md "session 11"):
+//   1: K and V rows read straight from global memory by the lanes that decode them (2-byte loads:
+//      a turbo4 block's indices start at byte 2), the next tile's loads only after this tile's math.
+//   2: staged: each warp copies its 32 K and 32 V rows of the NEXT tile into shared memory with
+//      16-byte cp.async (aligned chunks, ggml_cuda_turbo_fa_dec_slot bytes per row) while it decodes
+//      the current tile from shared memory: the bytes in flight no longer depend on occupancy, and
+//      the global loads are 16-byte, coalesced over the rows' chunks.
+//   3: 2 with 4 resident blocks per SM (<= 128 registers): 16 warps per SM, and launch_fattn's
+//      split then gives more, shorter KV ranges per K/V head (less tail at 1 sequence).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 3;
+
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
-static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G) {
-    return G <= 2 ? 4 : 3;
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
+    return G <= 2 || VAR >= 3 ? 4 : 3;
+}
+
+// shared-memory bytes per staged row (VAR >= 2): the row's bytes from the 16-byte aligned address
+// below its start; a row starts at a multiple of 4 when its size is (turbo4, turbo3 and turbo2 at
+// hd 128), else of 2 (the host checks the strides: ggml_cuda_turbo_fa_dec_stage_ok)
+template <ggml_type type, int D>
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_row_bytes() {
+    return (D/64)*sizeof(typename ggml_cuda_turbo_traits<type>::block);
+}
+template <ggml_type type, int D>
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_row_align() {
+    return ggml_cuda_turbo_fa_dec_row_bytes<type, D>() % 4 == 0 ? 4 : 2;
+}
+template <ggml_type type, int D>
+static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_slot() {
+    return (ggml_cuda_turbo_fa_dec_row_bytes<type, D>() + (16 - ggml_cuda_turbo_fa_dec_row_align<type, D>()) + 15) / 16 * 16;
+}
+
+// 16 bytes global -> shared, asynchronous where the GPU has cp.async (sm_80+); a plain copy
+// elsewhere (and in the host emulation, tests/cuda_host/fa_dec_emul.cpp)
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_cp16(void * dst_shared, const void * src) {
+#ifdef CP_ASYNC_AVAILABLE
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+        : : "r"((unsigned int) __cvta_generic_to_shared(dst_shared)), "l"(src) : "memory");
+#else
+    memcpy(dst_shared, src, 16);
+#endif
+}
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_cp_commit() {
+#ifdef CP_ASYNC_AVAILABLE
+    asm volatile("cp.async.commit_group;" : : : "memory");
+#endif
+}
+// this thread's copies of all groups but the newest are done
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_cp_wait_prev() {
+#ifdef CP_ASYNC_AVAILABLE
+    asm volatile("cp.async.wait_group 1;" : : : "memory");
+#endif
+}
+
+// slot of row r (0..31) of a warp's tile: rows 4k + i (k = 0..7) are slots 8i + k, so the 8 rows
+// that one K step reads (4 lanes each) lie in consecutive slots: 8 x 4 words on distinct banks
+static __device__ __forceinline__ int ggml_cuda_turbo_fa_dec_slot_of(const int r) {
+    return 8*(r % 4) + r/4;
+}
+
+// the 32 rows kw.. of a warp (K or V, row stride nb) into dst, slot bytes per row: lane l copies
+// row l, the 16-byte chunks from the aligned address below its start that hold its bytes
+template <int row_bytes, int slot>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_stage(char * dst, const char * src, const int kw, const int nb, const int lane) {
+    const char * s   = src + (int64_t) (kw + lane)*nb;
+    const int    off = (int) ((uintptr_t) s & 15);
+    char       * d   = dst + ggml_cuda_turbo_fa_dec_slot_of(lane)*slot;
+#pragma unroll
+    for (int ch = 0; ch < slot/16; ++ch) {
+        if (ch < (slot - 16)/16 || 16*ch < off + row_bytes) {  // the last chunk only when the row reaches it
+            ggml_cuda_turbo_fa_dec_cp16(d + 16*ch, s - off + 16*ch);
+        }
+    }
 }
 
 // decode the K row's elements of lane t (of 4 per row): v[i] = int8 centroids of elements
@@ -107,8 +178,8 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_V_c(const uint32_t
     c23 = *((const half2 *) &u23);
 }
 
-template <int D, int G, ggml_type type_K, ggml_type type_V>
-__launch_bounds__(ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE, ggml_cuda_turbo_fa_dec_min_blocks(D, G))
+template <int D, int G, ggml_type type_K, ggml_type type_V, int VAR = 1>
+__launch_bounds__(ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE, ggml_cuda_turbo_fa_dec_min_blocks(D, G, VAR))
 static __global__ void flash_attn_ext_turbo_dec(
         const char * Q_ptr,
         const char * K_ptr,
@@ -142,6 +213,11 @@ static __global__ void flash_attn_ext_turbo_dec(
     constexpr int NV     = D/8;            // lanes per V row (8 elements each)
     constexpr int VR     = WARP_SIZE/NV;   // V rows per warp step
     constexpr int T      = ggml_cuda_turbo_fa_dec_rows;
+    constexpr bool stage = VAR >= 2;
+    constexpr int RBK    = ggml_cuda_turbo_fa_dec_row_bytes<type_K, D>();
+    constexpr int RBV    = ggml_cuda_turbo_fa_dec_row_bytes<type_V, D>();
+    constexpr int SK     = ggml_cuda_turbo_fa_dec_slot<type_K, D>();
+    constexpr int SV     = ggml_cuda_turbo_fa_dec_slot<type_V, D>();
 
     const char * GGML_CUDA_RESTRICT Q      = Q_ptr;
     const char * GGML_CUDA_RESTRICT K      = K_ptr;
@@ -169,7 +245,12 @@ static __global__ void flash_attn_ext_turbo_dec(
     __shared__ int    sh_q[G][D/4 < WARP_SIZE ? WARP_SIZE : D/4];  // quantize_q8_1_to_shared writes a whole warp
     __shared__ float2 sh_qds[G][D/32];
     __shared__ __align__(16) half2 sh_p[nwarps][WARP_SIZE][G];  // softmax weights of a warp's 32 rows
-    __shared__ float  sh_acc[nwarps][G][D];
+    // the staged rows (VAR >= 2: two tiles of a warp's 32 K and 32 V rows) and, after the KV
+    // loop, the accumulators of the warps' merge share one array
+    constexpr int n_stage = stage ? 2*nwarps*WARP_SIZE*(SK + SV) : 0;
+    constexpr int n_acc   = nwarps*G*D*(int) sizeof(float);
+    __shared__ __align__(16) char sh_buf[n_stage > n_acc ? n_stage : n_acc];
+    float (*sh_acc)[G][D] = (float (*)[G][D]) sh_buf;
     __shared__ float  sh_max[G][nwarps];
     __shared__ float  sh_sum[G][nwarps];
 
@@ -216,8 +297,35 @@ static __global__ void flash_attn_ext_turbo_dec(
     }
 
     const int k_VKQ_max = KV_max ? KV_max[sequence*gridDim.x + blockIdx.x] : ne11;
+    // staged rows of this warp: tile buffer b at sh_buf + (b*nwarps + warp)*32*(SK + SV), K then V
+    char * const stage_base = sh_buf + warp*WARP_SIZE*(SK + SV);
+    constexpr int stage_buf = nwarps*WARP_SIZE*(SK + SV);
+    int buf = 0;
+    if constexpr (stage) {
+        if (blockIdx.y*T < k_VKQ_max) {
+            const int kw = blockIdx.y*T + warp*WARP_SIZE;
+            ggml_cuda_turbo_fa_dec_stage<RBK, SK>(stage_base, K, kw, nb11, lane);
+            ggml_cuda_turbo_fa_dec_stage<RBV, SV>(stage_base + WARP_SIZE*SK, V, kw, nb21, lane);
+        }
+        ggml_cuda_turbo_fa_dec_cp_commit();
+    }
+    const uint32_t K_lo = (uint32_t) (uintptr_t) K;  // low bits of the rows' addresses: their offsets in the slots
+    const uint32_t V_lo = (uint32_t) (uintptr_t) V;
     for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
         const int kw = k0 + warp*WARP_SIZE;  // first row of this warp
+        const char * sK = stage_base + buf*stage_buf;
+        const char * sV = sK + WARP_SIZE*SK;
+        if constexpr (stage) {
+            const int kn = k0 + gridDim.y*T;
+            if (kn < k_VKQ_max) {  // the next tile into the other buffer (last read in the previous iteration)
+                char * nK = stage_base + (buf ^ 1)*stage_buf;
+                ggml_cuda_turbo_fa_dec_stage<RBK, SK>(nK, K, kn + warp*WARP_SIZE, nb11, lane);
+                ggml_cuda_turbo_fa_dec_stage<RBV, SV>(nK + WARP_SIZE*SK, V, kn + warp*WARP_SIZE, nb21, lane);
+            }
+            ggml_cuda_turbo_fa_dec_cp_commit();
+            ggml_cuda_turbo_fa_dec_cp_wait_prev();  // this tile's copies (of this lane) are done
+            __syncwarp();                          // ... and those of the other lanes are visible
+        }
 
         // K.Q: group lane/4 takes rows 4 (lane/4) + i0; lane tk keeps row 4 (lane/4) + tk = lane
         float s_own[G];
@@ -233,7 +341,12 @@ static __global__ void flash_attn_ext_turbo_dec(
             const int row = kw + (lane & ~(NK - 1)) + i0;
             int   v[NI];
             float dk[NB];
-            ggml_cuda_turbo_fa_dec_K<type_K, D>(K_row, tk, v, dk);
+            if constexpr (stage) {
+                const int r = (lane & ~(NK - 1)) + i0;
+                ggml_cuda_turbo_fa_dec_K<type_K, D>(sK + ggml_cuda_turbo_fa_dec_slot_of(r)*SK + ((K_lo + (uint32_t) row*(uint32_t) nb11) & 15), tk, v, dk);
+            } else {
+                ggml_cuda_turbo_fa_dec_K<type_K, D>(K_row, tk, v, dk);
+            }
             const float mval = maskh ? __half2float(maskh[row]) : 0.0f;
 #pragma unroll
             for (int h = 0; h < G; ++h) {
@@ -287,7 +400,12 @@ static __global__ void flash_attn_ext_turbo_dec(
 #pragma unroll
         for (int r0 = 0; r0 < WARP_SIZE; r0 += VR, V_row += V_step) {
             const int r = r0 + rv;
-            const typename ggml_cuda_turbo_traits<type_V>::block * b = (const typename ggml_cuda_turbo_traits<type_V>::block *) V_row;
+            const char * V_src = V_row;
+            if constexpr (stage) {
+                V_src = sV + ggml_cuda_turbo_fa_dec_slot_of(r)*SV + ((V_lo + (uint32_t) (kw + r)*(uint32_t) nb21) & 15) +
+                    (cv/8)*sizeof(typename ggml_cuda_turbo_traits<type_V>::block);
+            }
+            const typename ggml_cuda_turbo_traits<type_V>::block * b = (const typename ggml_cuda_turbo_traits<type_V>::block *) V_src;
             uint32_t sa, sb;
             ggml_cuda_turbo_fa_dec_V_sel<type_V>(b, cv, sa, sb);
             const half2 d2 = __half2half2(b->d);
@@ -321,7 +439,8 @@ static __global__ void flash_attn_ext_turbo_dec(
                 VKQ[h][2*k + 1] += f.y;
             }
         }
-        __syncwarp();  // sh_p is rewritten by the next tile
+        __syncwarp();  // sh_p (and with VAR >= 2 this tile's buffer) is rewritten by the next tile
+        buf ^= 1;
     }
 
     if (sinks_ptr && blockIdx.y == 0 && warp == 0) {  // one warp counts each head's sink once
@@ -418,22 +537,41 @@ static __global__ void flash_attn_ext_turbo_dec(
 }
 
 #ifndef GGML_CUDA_TURBO_HOST_CHECK
-static bool ggml_cuda_turbo_fa_dec_env() {
-    static const bool on = [] {
+// 0: the vector kernel; 1..ggml_cuda_turbo_fa_dec_nvariants: this kernel's variant
+static int ggml_cuda_turbo_fa_dec_env() {
+    static const int var = [] {
         const char * s = getenv("GGML_CUDA_TURBO_FA_DEC");
         if (s == nullptr || *s == '\0') {
-            return GGML_CUDA_TURBO_FA_DEC_DEFAULT != 0;
+            return GGML_CUDA_TURBO_FA_DEC_DEFAULT;
         }
-        if (strcmp(s, "0") == 0) {
-            return false;
+        if (s[0] >= '0' && s[0] <= '0' + ggml_cuda_turbo_fa_dec_nvariants && s[1] == '\0') {
+            return s[0] - '0';
         }
-        if (strcmp(s, "1") == 0) {
-            return true;
-        }
-        GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_DEC=%s is not 0 or 1; not applied\n", __func__, s);
-        return GGML_CUDA_TURBO_FA_DEC_DEFAULT != 0;
+        GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_DEC=%s is not one of 0..%d; not applied (using %d)\n", __func__, s,
+            ggml_cuda_turbo_fa_dec_nvariants, GGML_CUDA_TURBO_FA_DEC_DEFAULT);
+        return GGML_CUDA_TURBO_FA_DEC_DEFAULT;
     }();
-    return on;
+    return var;
+}
+
+// the staged variants copy a row from the 16-byte aligned address below it: its start must be a
+// multiple of ggml_cuda_turbo_fa_dec_row_align (it is in the KV cache and in test-backend-ops);
+// otherwise variant 1 runs
+template <int D, ggml_type type>
+static bool ggml_cuda_turbo_fa_dec_stage_ok(const ggml_tensor * t) {
+    constexpr size_t a = ggml_cuda_turbo_fa_dec_row_align<type, D>();
+    return ((uintptr_t) t->data % a) == 0 && t->nb[1] % a == 0 && t->nb[2] % a == 0 && t->nb[3] % a == 0;
+}
+
+template <int D, ggml_type type_K, ggml_type type_V, int VAR>
+static void ggml_cuda_turbo_fa_dec_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
+    constexpr int nwarps = ggml_cuda_turbo_fa_dec_nwarps;
+    constexpr int T      = ggml_cuda_turbo_fa_dec_rows;
+    switch (G) {
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_dec<D, 4, type_K, type_V, VAR>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_dec<D, 2, type_K, type_V, VAR>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_dec<D, 1, type_K, type_V, VAR>, nwarps, 0, T, false, false, false, false); break;
+    }
 }
 
 // Heads per block G: the largest of 4, 2 that divides the gqa ratio and still gives a full wave
@@ -442,7 +580,7 @@ static bool ggml_cuda_turbo_fa_dec_env() {
 // call then takes one block's latency, which grows with G (session 9's rule for the vector
 // kernel, docs/CUDA.md). GGML_CUDA_TURBO_FA_GQA=N (read by ggml_cuda_turbo_fa_gqa_env) forces
 // the largest G <= N that divides the ratio, whatever the grid.
-static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * dst) {
+static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * dst, const int VAR) {
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
     const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
@@ -454,7 +592,7 @@ static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * 
             continue;
         }
         const int64_t blocks = (Q->ne[2] / G) * Q->ne[3] * ntiles_KV;
-        if (env > 0 || blocks >= nsm * ggml_cuda_turbo_fa_dec_min_blocks(D, G)) {
+        if (env > 0 || blocks >= nsm * ggml_cuda_turbo_fa_dec_min_blocks(D, G, VAR)) {
             return G;
         }
     }
@@ -477,16 +615,19 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (!fast_fp16_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
         return false;
     }
-    if (!ggml_cuda_turbo_fa_dec_env() || Q->ne[1] != 1 || logit_softcap != 0.0f || K->ne[0] != D || V->ne[0] != D ||
+    int var = ggml_cuda_turbo_fa_dec_env();
+    if (var == 0 || Q->ne[1] != 1 || logit_softcap != 0.0f || K->ne[0] != D || V->ne[0] != D ||
             K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
         return false;
     }
-    constexpr int nwarps = ggml_cuda_turbo_fa_dec_nwarps;
-    constexpr int T      = ggml_cuda_turbo_fa_dec_rows;
-    switch (ggml_cuda_turbo_fa_dec_heads(D, dst)) {
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_dec<D, 4, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_dec<D, 2, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_dec<D, 1, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+    if (var >= 2 && !(ggml_cuda_turbo_fa_dec_stage_ok<D, type_K>(K) && ggml_cuda_turbo_fa_dec_stage_ok<D, type_V>(V))) {
+        var = 1;
+    }
+    const int G = ggml_cuda_turbo_fa_dec_heads(D, dst, var);
+    switch (var) {
+        case 3:  ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 3>(ctx, dst, G); break;
+        case 2:  ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 2>(ctx, dst, G); break;
+        default: ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 1>(ctx, dst, G); break;
     }
     return true;
 #endif // GGML_USE_HIP
