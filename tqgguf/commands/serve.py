@@ -202,9 +202,9 @@ def _draft(settings, model_path: Path):
     (rotation, K centering, the layer plan) are process-wide in llama-server, so they reach
     the draft's context too: a layer plan (named layers of MODEL) and a K centering
     calibration file (MODEL's vectors) are refused with a draft of another file, by name."""
-    from ..config import parse_k_center
     from ..models import resolve_model
     from ..server.child import DraftSpec
+    from ..values import parse_k_center
 
     if not settings.draft_model:
         return None
