@@ -10,6 +10,8 @@ Each generation route holds the model for its request (``Manager.use``: load on 
 through ``proxy``: ``/v1/chat/completions`` for chat (tools, ``format``, thinking),
 ``/apply-template`` + ``/tokenize`` + ``/completion`` for generate (``raw``, ``context``),
 ``/tokenize`` + ``/v1/embeddings`` for the embedding routes.
+Images (``images``; the model needs ``--mmproj``) are translated by ``media``: content parts
+on chat, a ``/completion`` prompt object with the images on generate.
 """
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ included) comes back unchanged, so tools, ``response_format``/json_schema, logpr
 ``n`` behave as llama-server has them. The ``model`` field picks the model (absent: the one
 ``serve`` was started with). One rewrite: ``/v1/completions`` logprobs, which llama-server
 gives in the chat shape, come back in OpenAI's legacy completions shape
-(:class:`LegacyLogprobs`).
+(:class:`LegacyLogprobs`). Images in chat messages (``image_url`` parts) are refused with a
+400 naming ``--mmproj`` for a model served without a projector (llama-server answers 500),
+and two adjacent ones get a separating text part (``media.IMAGE_SEPARATOR``, which says why).
 
 The pass-through routes are plain Starlette routes: FastAPI's endpoint layer (parameter
 analysis, dependency solving, response serialisation) does nothing for them but costs CPU
