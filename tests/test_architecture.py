@@ -177,8 +177,8 @@ def test_setting_values_reach_only_the_cache_type_registry():
 #: the ones below. A new module must be placed here (and in the doc) to pass.
 LAYERS: list[tuple[str, ...]] = [
     ("tqgguf.cachetypes", "tqgguf.fsutil", "tqgguf.reference"),                        # leaves
-    ("tqgguf.config", "tqgguf.values", "tqgguf.variables", "tqgguf.kvplan", "tqgguf.models", "tqgguf.shapes",
-     "tqgguf.texts", "tqgguf.builder"),                                                 # data, build
+    ("tqgguf.config", "tqgguf.values", "tqgguf.variables", "tqgguf.kvplan", "tqgguf.models", "tqgguf.ollama_store",
+     "tqgguf.shapes", "tqgguf.texts", "tqgguf.builder"),                                # data, build
     ("tqgguf.engine", "tqgguf.enginevars", "tqgguf.devices"),                           # engine access
     ("tqgguf.runtime", "tqgguf.kcenter"),                                               # engine use
     ("tqgguf.server", "tqgguf.sweep", "tqgguf.quality", "tqgguf.center", "tqgguf.bench", "tqgguf.mix"),  # features

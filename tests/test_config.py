@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from tqgguf.cachetypes import KV_CACHE_TYPES
 from tqgguf.cli import main
-from tqgguf.config import Settings, SettingsError, resolve_settings, settings_report
+from tqgguf.config import (Settings, SettingsError, auto_max_loaded_models, check_listen_address, resolve_settings,
+                           setting, settings_report)
 from tqgguf.values import format_duration, parse_duration, parse_host
 from tqgguf.variables import OLLAMA_OWN_VARIABLES, VARIABLES, closest_variable, unknown_variables
 
@@ -36,8 +37,6 @@ MATRIX = [
      2, 3, 4, 1),
     ("keep_alive", "keep_alive", "30s", "TQGGUF_KEEP_ALIVE", "1h", "OLLAMA_KEEP_ALIVE", "-1",
      30.0, 3600.0, -1.0, 300.0),
-    ("models", None, None, "TQGGUF_MODELS", "/tmp/tq-models", "OLLAMA_MODELS", "/tmp/ollama-models",
-     None, Path("/tmp/tq-models"), Path("/tmp/ollama-models"), None),
 ]
 
 
@@ -145,7 +144,9 @@ def test_request_body_limit_sizes(text, size):
     ("OLLAMA_FLASH_ATTENTION", "enabled", "on, off, auto"),
     ("TQGGUF_CONTEXT_LENGTH", "4k", "integer"),
     ("OLLAMA_CONTEXT_LENGTH", "10", "from 64"),
-    ("TQGGUF_NUM_PARALLEL", "0", "from 1 to 256"),
+    ("TQGGUF_NUM_PARALLEL", "1025", "from 0 to 1024 (0 = auto"),
+    ("OLLAMA_MAX_LOADED_MODELS", "-1", "from 0 to 64 (0 = auto"),
+    ("TQGGUF_BODY_TIMEOUT", "soon", "5m"),
     ("OLLAMA_NUM_PARALLEL", "two", "integer"),
     ("TQGGUF_KEEP_ALIVE", "5 minutes", "5m"),
     ("OLLAMA_KEEP_ALIVE", "1d", "1h30m"),
@@ -239,7 +240,8 @@ def test_report_lists_every_setting_with_source_and_every_variable():
     env = {"TQGGUF_KV_CACHE_TYPE": "turbo4", "OLLAMA_HOST": ":8080"}
     rep = settings_report(resolve_settings({}, env), env)
     assert set(rep["settings"]) == set(Settings.model_fields)
-    assert rep["settings"]["cache_type_k"]["source"] == {"kind": "env", "name": "TQGGUF_KV_CACHE_TYPE", "raw": "turbo4"}
+    assert rep["settings"]["cache_type_k"]["source"] == {"kind": "env", "name": "TQGGUF_KV_CACHE_TYPE", "raw": "turbo4",
+                                                       "auto": False}
     assert rep["settings"]["port"]["value"] == 8080
     assert set(rep["variables"]) == set(VARIABLES)
     assert rep["variables"]["OLLAMA_HOST"]["value"] == ":8080"
@@ -333,8 +335,9 @@ def test_models_dir_precedence_is_the_settings_models_field(tmp_path, monkeypatc
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     monkeypatch.setenv("TQGGUF_CACHE", str(tmp_path / "cache"))
     assert models.models_dir() == tmp_path / "cache" / "models" == resolve_settings({}).models
-    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
-    assert models.models_dir() == tmp_path / "ollama" == resolve_settings({}).models
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))  # Ollama's store, not tqgguf's downloads
+    assert models.models_dir() == tmp_path / "cache" / "models" == resolve_settings({}).models
+    assert resolve_settings({}).ollama_models == tmp_path / "ollama"
     monkeypatch.setenv("TQGGUF_MODELS", str(tmp_path / "ours"))
     assert models.models_dir() == tmp_path / "ours" == resolve_settings({}).models
     (tmp_path / "file").write_text("x")
@@ -363,3 +366,56 @@ def test_shared_cli_options_are_declared_once_and_validated_by_the_settings_mode
         assert "--ctk 'q9': unknown cache type; allowed: f32" in r.output, (verb, r.output)
         r = CliRunner().invoke(main, [verb, "no-such-model.gguf", "-fa", "off", "--ctv", "turbo4"], env=env)
         assert r.exit_code == 2 and "flash attention is off (from flag -fa='off')" in r.output, (verb, r.output)
+
+
+@pytest.mark.parametrize("var", ["OLLAMA_NUM_PARALLEL", "TQGGUF_NUM_PARALLEL"])
+def test_num_parallel_zero_is_auto_one_slot_as_ollama(var):
+    s = resolve_settings({}, {var: "0"})
+    assert s.num_parallel == 1 and s.source("num_parallel").auto
+    assert str(s.source("num_parallel")) == f"auto: {var}=0"
+    assert resolve_settings({}, {var: "3"}).num_parallel == 3 and not resolve_settings({}, {var: "3"}).source(
+        "num_parallel").auto
+    assert setting("num_parallel", {var: "0"}) == 1
+
+
+def test_np_flag_zero_is_refused_as_llama_server_does_and_names_the_auto_variables():
+    with pytest.raises(SettingsError) as ei:
+        resolve_settings({"num_parallel": "0"}, {"OLLAMA_NUM_PARALLEL": "0"})
+    assert ei.value.errors == ["-np '0': out of range; allowed: an integer from 1 to 1024 (as llama-server's -np; "
+                               "auto is the variable's 0: TQGGUF_NUM_PARALLEL=0 or OLLAMA_NUM_PARALLEL=0)"]
+    # a flag that is good wins over the auto variable
+    s = resolve_settings({"num_parallel": "2"}, {"OLLAMA_NUM_PARALLEL": "0"})
+    assert s.num_parallel == 2 and str(s.source("num_parallel")) == "flag -np"
+
+
+def test_max_loaded_models_zero_is_auto_three_per_gpu_as_ollama():
+    s = resolve_settings({}, {"OLLAMA_MAX_LOADED_MODELS": "0"})
+    assert s.max_loaded_models == 0 and s.source("max_loaded_models").auto
+    assert s.display("max_loaded_models") == "auto (3 per GPU, 3 on the CPU)"
+    assert [auto_max_loaded_models(n) for n in (0, 1, 2, 8)] == [3, 3, 6, 24]
+    # TQGGUF_ over OLLAMA_: a concrete count wins over Ollama's auto
+    assert resolve_settings({}, {"OLLAMA_MAX_LOADED_MODELS": "0", "TQGGUF_MAX_LOADED_MODELS": "2"}).max_loaded_models == 2
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30.0), ("500ms", 0.5), ("2", 2.0), ("0", 0.0), ("-1", 0.0)])
+def test_body_timeout_durations_and_zero_for_no_limit(text, seconds):
+    s = resolve_settings({}, {"TQGGUF_BODY_TIMEOUT": text})
+    assert s.body_timeout == seconds
+    assert resolve_settings({}, {}).body_timeout == 60.0 and resolve_settings({}, {}).display("body_timeout") == "1m"
+
+
+def test_listen_host_that_does_not_resolve_or_is_not_local_is_named_by_its_source():
+    for env, needle in [({"OLLAMA_HOST": "garbage"}, "OLLAMA_HOST='garbage': cannot resolve host 'garbage'"),
+                        ({"TQGGUF_HOST": "garbage:8080", "OLLAMA_HOST": "0.0.0.0"},
+                         "TQGGUF_HOST='garbage:8080': cannot resolve host 'garbage'"),
+                        # TEST-NET-2 (RFC 5737): never an address of this machine
+                        ({"OLLAMA_HOST": "198.51.100.7"}, "OLLAMA_HOST='198.51.100.7': address 198.51.100.7 is not "
+                                                          "one of this machine's")]:
+        with pytest.raises(SettingsError) as ei:
+            check_listen_address(resolve_settings({}, env))
+        assert ei.value.errors[0].startswith(needle), ei.value.errors
+    with pytest.raises(SettingsError) as ei:
+        check_listen_address(resolve_settings({"host": "garbage"}, {"OLLAMA_HOST": "127.0.0.1"}))
+    assert ei.value.errors[0].startswith("--host 'garbage': cannot resolve host")
+    for good in ("127.0.0.1", "0.0.0.0:9", "localhost", "http://[::1]:8080"):
+        check_listen_address(resolve_settings({}, {"OLLAMA_HOST": good}))

@@ -14,11 +14,12 @@ import random
 import numpy as np
 import pytest
 
+from tqgguf.cachetypes import MAX_SEQUENCES as MAX_SEQ  # LLAMA_MAX_SEQ of patch 0011
+
 pytestmark = pytest.mark.engine
 
 N_SEQ = 512          # more than upstream's 256
 PROMPT = 4           # tokens per sequence
-MAX_SEQ = 1024       # LLAMA_MAX_SEQ of patch 0011
 
 
 @pytest.fixture(scope="module")

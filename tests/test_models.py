@@ -32,6 +32,7 @@ def smollm2_path(model_file) -> Path:
 def tmp_models(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "models"
     monkeypatch.setenv("TQGGUF_MODELS", str(d))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))  # no user's Ollama store in the listings
     return d
 
 

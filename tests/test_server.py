@@ -55,13 +55,14 @@ def _serve_cmd(*args: str) -> list[str]:
 class Server:
     """A ``tqgguf serve`` subprocess; ``log()`` is its output so far."""
 
-    def __init__(self, model: str, tmp: Path, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, model: str, tmp: Path, *args: str, env: dict[str, str] | None = None,
+                 cwd: Path | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / f"serve-{self.port}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(_serve_cmd(model, "--port", str(self.port), "-t", "2", *args),
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env or _clean_env())
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env or _clean_env(), cwd=cwd)
         self.http = httpx.Client(base_url=self.url, timeout=180)
         self.oa = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", timeout=180, max_retries=0)
         self.ol = ollama.Client(host=self.url, timeout=180)
@@ -351,11 +352,12 @@ def test_num_ctx_smaller_than_the_loaded_context_reloads_with_it_as_ollama_does(
     assert r.headers["x-tqgguf-reloaded"] == "num_ctx 1024" and r.json()["load_duration"] > 0
     assert {m.model: m for m in srv.ol.ps().models}[f"{ALIAS}:latest"].context_length == 1024
     assert "reloading smollm2-135m with num_ctx 1024 (was num_ctx 2048)" in srv.log()
-    # it really runs with 1024: a ~1100-token prompt no longer fits
+    # it really runs with 1024: a ~1100-token prompt no longer fits (truncate: false; by default it is
+    # truncated as Ollama does, tests/test_serve_ollama.py)
     words = " ".join(["alpha beta gamma delta"] * 270)
-    with pytest.raises(ollama.ResponseError) as ei:
-        srv.ol.generate(model=ALIAS, prompt=words, options={**GREEDY, "num_predict": 2, "num_ctx": 1024})
-    assert ei.value.status_code == 400 and "context size" in ei.value.error, ei.value.error
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": words, "stream": False, "truncate": False,
+                                             "options": {**GREEDY, "num_predict": 2, "num_ctx": 1024}})
+    assert r.status_code == 400 and "available context size (1024 tokens)" in r.json()["error"], r.text
     r = srv.http.post("/api/chat", json={"model": ALIAS, "messages": [{"role": "user", "content": "Hi"}],
                                          "stream": False, "options": {**GREEDY, "num_predict": 2, "num_ctx": CTX}})
     assert r.status_code == 200 and r.headers["x-tqgguf-reloaded"] == f"num_ctx {CTX}"  # back to the module's
@@ -394,7 +396,7 @@ def test_ollama_load_options_equal_to_the_running_ones_are_accepted_others_reloa
             srv.ol.generate(model=ALIAS, prompt="hi", options={**opts, "num_predict": 2})
         assert ei.value.status_code == 400 and all(n in ei.value.error for n in needles), (opts, ei.value.error)
 
-    # a different num_batch reloads the model with it (-b), once; it stays until a request asks otherwise
+    # a different num_batch reloads the model with it (-b), once; requests that send it again keep it
     r = srv.http.post("/api/chat", json={"model": ALIAS, "messages": [{"role": "user", "content": "hi"}],
                                          "stream": False, "options": {"num_batch": 1024, "num_predict": 2}})
     assert r.status_code == 200, r.text
@@ -402,11 +404,17 @@ def test_ollama_load_options_equal_to_the_running_ones_are_accepted_others_reloa
     argv = _child_argv(srv)
     assert argv[argv.index("-b") + 1] == "1024"
     assert "reloading smollm2-135m with num_batch 1024 (was num_batch 2048)" in srv.log()
-    for opts in ({"num_batch": 1024}, {}):
-        r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
-                                                 "options": {**opts, "num_predict": 2}})
-        assert r.status_code == 200 and "x-tqgguf-reloaded" not in r.headers
-    assert srv.log().count("reloading ") == reloads_before + 1
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
+                                             "options": {"num_batch": 1024, "num_predict": 2}})
+    assert r.status_code == 200 and "x-tqgguf-reloaded" not in r.headers
+    # a request that leaves num_batch out gets serve's setting back, as Ollama fills in its defaults
+    r = srv.http.post("/api/generate", json={"model": ALIAS, "prompt": "hi", "stream": False,
+                                             "options": {"num_predict": 2}})
+    assert r.status_code == 200 and r.headers["x-tqgguf-reloaded"] == "num_batch 2048"
+    assert "-b" not in _child_argv(srv)
+    assert ("reloading smollm2-135m with num_batch 2048 (was num_batch 1024); serve's settings for num_batch, "
+            "which the request does not set") in srv.log()
+    assert srv.log().count("reloading ") == reloads_before + 2
 
 
 def test_keep_alive_zero_unloads_once_and_the_default_returns(srv):
@@ -919,7 +927,7 @@ def test_k_center_full_with_several_slots_is_refused_before_llama_server_starts(
     (["-fa", "off", "--ctv", "turbo4"], {}, "flash attention is off (from flag -fa='off')"),
     (["-np", "0"], {}, "-np '0'"),
     ([], {"TQGGUF_HOST": "localhost:70000"}, "TQGGUF_HOST='localhost:70000'"),
-    ([], {"OLLAMA_MAX_LOADED_MODELS": "0"}, "OLLAMA_MAX_LOADED_MODELS='0'"),
+    ([], {"OLLAMA_MAX_LOADED_MODELS": "-1"}, "OLLAMA_MAX_LOADED_MODELS='-1'"),  # 0 is auto, as Ollama
     (["--max-ctx", "-5"], {}, "--max-ctx '-5'"),
 ])
 def test_bad_cli_settings_exit_2_before_loading_the_model(args, env, needle):

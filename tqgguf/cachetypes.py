@@ -47,6 +47,11 @@ def is_quantized(name: str) -> bool:
 
 #: ``-fa`` / ``--flash-attn`` values, as llama.cpp's.
 FLASH_ATTN_MODES: tuple[str, ...] = ("on", "off", "auto")
+
+# LLAMA_MAX_SEQ of the patched engine (patches/0011-max-seq-1024.patch; upstream's is 256): the most
+# sequences one llama.cpp context holds -- llama-server -np slots, -npl of a batched bench. The
+# engine reports it as llama_max_parallel_sequences() (tests/test_max_seq.py checks they agree).
+MAX_SEQUENCES = 1024
 #: The one statement of the flash-attention rule (``flash_attn_conflict`` applies it).
 FLASH_ATTN_RULE = ("llama.cpp needs flash attention for a quantized V cache: use -fa on|auto "
                    "or a V cache type of " + ", ".join(UNQUANTIZED))

@@ -21,18 +21,21 @@ this module imports nothing heavy (no engine, no server).
 """
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from .cachetypes import FLASH_ATTN_RULE, flash_attn_conflict
+from .cachetypes import FLASH_ATTN_RULE, MAX_SEQUENCES, flash_attn_conflict
 from .fsutil import cache_dir
 from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_pair
-from .values import (format_duration, format_size, parse_bool, parse_cache_type, parse_duration, parse_endpoints,
+from .values import (HOST_ALLOWED, format_duration, format_size, parse_bool, parse_cache_type, parse_duration, parse_endpoints,
                      parse_flash_attention, parse_gpu_layers, parse_host, parse_int, parse_k_center_setting, parse_port,
                      parse_size, parse_spec_type, parse_split_mode, parse_tensor_split, SPEC_TYPES,
                      SPEC_TYPES_WITH_DRAFT)
@@ -64,21 +67,41 @@ UNSET = _Unset()
 
 
 @dataclass(frozen=True)
+class Auto:
+    """Parser result meaning "the value given asks for auto; use ``value``" (Ollama's
+    ``OLLAMA_NUM_PARALLEL=0``): the setting gets ``value`` and its Source ``auto=True``."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
 class Source:
     """Where a resolved value came from.
 
     kind: "flag", "env" or "default"; name: the flag (``--ctk``) or variable
-    (``OLLAMA_HOST``), None for a default; raw: the text as given (None for a default).
+    (``OLLAMA_HOST``), None for a default; raw: the text as given (None for a default);
+    auto: the value given means "auto" (``OLLAMA_NUM_PARALLEL=0``), and the setting holds
+    what auto resolved to.
     """
 
     kind: Literal["flag", "env", "default"]
     name: str | None = None
     raw: str | None = None
+    auto: bool = False
 
     def __str__(self) -> str:
         if self.kind == "default":
             return "default"
+        if self.auto:
+            return f"auto: {self.name}={self.raw}"
         return f"{self.kind} {self.name}"
+
+    def what(self) -> str:
+        """The flag or variable with its value as error messages name it: ``-np '0'``,
+        ``OLLAMA_HOST='garbage'``; ``default`` for a default."""
+        if self.kind == "default":
+            return "default"
+        return f"{self.name} {self.raw!r}" if self.kind == "flag" else f"{self.name}={self.raw!r}"
 
     def describe(self) -> str:
         """``flag --ctk='q8_0'``, ``env TQGGUF_HOST='0.0.0.0'`` or ``default``."""
@@ -136,6 +159,64 @@ def _host_part(value: Any) -> Any:
 def _port_part(value: Any) -> Any:
     port = parse_host(value).port
     return UNSET if port is None else port
+
+
+#: The parallel slots of ``OLLAMA_NUM_PARALLEL=0`` (auto): Ollama's ``max(NumParallel, 1)``
+#: (server/sched.go, ollama/ollama commit fb30760, 2026-08-21; so since v0.11.5, while earlier
+#: releases tried 4, later 2, and fell back to 1 when memory was short).
+AUTO_NUM_PARALLEL = 1
+#: Models kept loaded per GPU for ``OLLAMA_MAX_LOADED_MODELS=0`` (auto): Ollama's
+#: ``defaultModelsPerGPU`` (server/sched.go, same commit), times the GPU count, 3 on the CPU.
+MODELS_PER_GPU = 3
+MAX_LOADED_MODELS = 64
+
+
+def _num_parallel(value: Any) -> Any:
+    """A variable's slots: 1 to MAX_SEQUENCES, or 0 = auto (as Ollama: AUTO_NUM_PARALLEL)."""
+    try:
+        n = parse_int(value, 0, MAX_SEQUENCES)
+    except ValueError as e:
+        raise ValueError(f"{e} (0 = auto, as in Ollama: {AUTO_NUM_PARALLEL})") from None
+    return Auto(AUTO_NUM_PARALLEL) if n == 0 else n
+
+
+def _num_parallel_flag(value: Any) -> int:
+    """``-np``: 1 to MAX_SEQUENCES. llama-server refuses ``-np 0``, and its ``-np -1`` (auto:
+    4 slots in one unified KV cache) is not how serve sizes its slots (each its own -c)."""
+    try:
+        return parse_int(value, 1, MAX_SEQUENCES)
+    except ValueError as e:
+        raise ValueError(f"{e} (as llama-server's -np; auto is the variable's 0: "
+                         f"TQGGUF_NUM_PARALLEL=0 or OLLAMA_NUM_PARALLEL=0)") from None
+
+
+def _max_loaded_models(value: Any) -> Any:
+    """1 to MAX_LOADED_MODELS, or 0 = auto (kept as 0 here: serve resolves it with
+    :func:`auto_max_loaded_models` once it knows the GPUs its llama-server lists)."""
+    try:
+        n = parse_int(value, 0, MAX_LOADED_MODELS)
+    except ValueError as e:
+        raise ValueError(f"{e} (0 = auto, as in Ollama: {MODELS_PER_GPU} per GPU, {MODELS_PER_GPU} on the CPU)") from None
+    return Auto(0) if n == 0 else n
+
+
+def auto_max_loaded_models(n_gpus: int) -> int:
+    """What ``OLLAMA_MAX_LOADED_MODELS=0`` (auto) resolves to with ``n_gpus`` GPUs: Ollama's
+    ``defaultModelsPerGPU * max(len(gpus), 1)`` (server/sched.go), i.e. 3 per GPU, 3 on the CPU."""
+    return MODELS_PER_GPU * max(int(n_gpus), 1)
+
+
+#: Seconds serve waits for the next part of a request body before it answers 408 and closes
+#: the connection: nginx's ``client_body_timeout`` (60 s, between two reads, not for the whole
+#: body). Ollama sets no limit (Go's ``http.Server`` with ReadTimeout 0), uvicorn has none for
+#: bodies, and llama-server's ``--timeout`` is 600 s; 60 s is 100x the time a 32 MiB body
+#: (TQGGUF_MAX_REQUEST_BODY) needs between chunks on a slow 1 Mbit/s link (64 KiB: 0.5 s).
+DEFAULT_BODY_TIMEOUT_S = 60.0
+
+
+def _body_timeout(value: Any) -> float:
+    secs = parse_duration(value)
+    return 0.0 if secs <= 0 else secs
 
 
 def default_models_dir() -> Path:
@@ -263,13 +344,19 @@ class Settings(BaseModel):
                                        lambda v: parse_int(v, MIN_CONTEXT, 1 << 24))] = Field(
         4096, description="context length in tokens, per slot")
     num_parallel: Annotated[int, Var((("num_parallel", "-np"),), ("TQGGUF_NUM_PARALLEL", "OLLAMA_NUM_PARALLEL"),
-                                     lambda v: parse_int(v, 1, 256))] = Field(
-        1, description="parallel request slots (each its own context and KV cache)")
+                                     _num_parallel, (("num_parallel", _num_parallel_flag),))] = Field(
+        1, description="parallel request slots (each its own context and KV cache); 0 in a variable = auto "
+                       f"(as Ollama: {AUTO_NUM_PARALLEL})")
     keep_alive: Annotated[float, Var((("keep_alive", "--keep-alive"),), ("TQGGUF_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE"),
                                      parse_duration)] = Field(
         300.0, description="seconds an idle model stays loaded (-1 = forever, 0 = unload after each request)")
-    models: Annotated[Path, Var((), ("TQGGUF_MODELS", "OLLAMA_MODELS"), _models_dir)] = Field(
-        default_factory=default_models_dir, description="directory of downloaded models")
+    models: Annotated[Path, Var((), ("TQGGUF_MODELS",), _models_dir)] = Field(
+        default_factory=default_models_dir, description="directory of tqgguf's downloaded test models")
+    # Ollama's own store (manifests + blobs), read by tqgguf.ollama_store; never tqgguf's download
+    # directory: its layout is not a directory of GGUF files (envconfig.Models in Ollama's envconfig/config.go)
+    ollama_models: Annotated[Path, Var((), ("OLLAMA_MODELS",), _models_dir)] = Field(
+        default_factory=lambda: Path.home() / ".ollama" / "models",
+        description="Ollama's model store (manifests/ and blobs/), served by name")
 
     text: Annotated[Path | None, Var((("text", "-f"),), ("TQGGUF_TEXT",), _text_file)] = Field(
         None, description="evaluation text of ppl and sweep (unset: WikiText-2 test if found, else a built-in corpus)")
@@ -283,8 +370,9 @@ class Settings(BaseModel):
         0, description="largest per-slot context a request's options.num_ctx may reload the model with "
                        "(0 = the model's training context)")
     max_loaded_models: Annotated[int, Var((), ("TQGGUF_MAX_LOADED_MODELS", "OLLAMA_MAX_LOADED_MODELS"),
-                                          lambda v: parse_int(v, 1, 64))] = Field(
-        3, description="models serve keeps loaded at once; the least recently used idle one unloads for another")
+                                          _max_loaded_models)] = Field(
+        3, description="models serve keeps loaded at once; the least recently used idle one unloads for another "
+                       f"(0 = auto, as Ollama: {MODELS_PER_GPU} per GPU, {MODELS_PER_GPU} on the CPU)")
     # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
     # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
     # embedding batches and a few images (a base64 photo of 1 MP is ~0.3-1 MB) while bounding what one request may hold
@@ -315,6 +403,9 @@ class Settings(BaseModel):
                           + " (unset: draft-simple with a draft model, else none)")
     mmproj: Annotated[Path | None, Var((("mmproj", "--mmproj"),), ("TQGGUF_MMPROJ",), _mmproj)] = Field(
         None, description="multimodal projector GGUF of the served model, for images (unset: text only)")
+    body_timeout: Annotated[float, Var((), ("TQGGUF_BODY_TIMEOUT",), _body_timeout)] = Field(
+        DEFAULT_BODY_TIMEOUT_S, description="longest wait for the next part of a request body (a client that declared "
+                                            "more than it sends: 408, connection closed; 0 = no limit, as Ollama)")
 
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
 
@@ -333,6 +424,8 @@ class Settings(BaseModel):
             except ValueError as e:
                 errors.append(f"{name}={value!r}: {e}")
                 continue
+            if isinstance(parsed, Auto):
+                parsed = parsed.value
             if parsed is not UNSET:
                 out[name] = parsed
         if errors:
@@ -355,10 +448,12 @@ class Settings(BaseModel):
         v = getattr(self, name)
         if v is None:
             return "-"
-        if name == "keep_alive":
-            return format_duration(v)
+        if name in ("keep_alive", "body_timeout"):
+            return "none" if name == "body_timeout" and v == 0 else format_duration(v)
         if name == "max_request_body":
             return format_size(v)
+        if name == "max_loaded_models" and v == 0:
+            return f"auto ({MODELS_PER_GPU} per GPU, {MODELS_PER_GPU} on the CPU)"
         if name == "tensor_split":
             return ",".join(f"{x:g}" for x in v)
         if isinstance(v, bool):
@@ -366,7 +461,8 @@ class Settings(BaseModel):
         return str(v)
 
     def describe(self) -> list[dict[str, Any]]:
-        """One dict per setting: name, value (JSON-able), display, source (kind, name, raw),
+        """One dict per setting: name, value (JSON-able), display, source (kind, name, raw,
+        auto: the value given asked for auto),
         flags, env (variables, highest first) and description."""
         rows = []
         for name, field in type(self).model_fields.items():
@@ -375,7 +471,7 @@ class Settings(BaseModel):
             src = self.source(name)
             rows.append({
                 "name": name, "value": str(v) if isinstance(v, Path) else v, "display": self.display(name),
-                "source": {"kind": src.kind, "name": src.name, "raw": src.raw}, "source_text": str(src),
+                "source": {"kind": src.kind, "name": src.name, "raw": src.raw, "auto": src.auto}, "source_text": str(src),
                 "flags": [f for _, f in var.flags], "env": list(var.env), "description": field.description,
             })
         return rows
@@ -451,7 +547,7 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
             try:
                 parsed = parse(raw)
             except ValueError as e:
-                what = f"{src.name} {raw!r}" if src.kind == "flag" else f"{src.name}={raw!r}"
+                what = src.what()
                 # a parser that already names the flag and value (kvplan's) is not prefixed again
                 msg = str(e) if str(e).startswith(what) else f"{what}: {e}"
                 if msg not in errors:
@@ -459,6 +555,8 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
                 break
             if parsed is UNSET:
                 continue
+            if isinstance(parsed, Auto):
+                parsed, src = parsed.value, dataclasses.replace(src, auto=True)
             values[name], sources[name] = parsed, src
             break
     if errors:
@@ -468,6 +566,33 @@ def resolve_settings(cli_overrides: Mapping[str, Any] | None = None,
     if check:
         check_settings(settings)
     return settings
+
+
+def check_listen_address(settings: Settings) -> None:
+    """Check that serve can listen where ``host`` says: the name resolves and the address
+    is one of this machine's (a test bind to a free port of it). A port in use is not
+    checked (it is state, not a bad value: serve reports it when it binds).
+
+    Raises SettingsError naming the flag or variable the host came from, its value and
+    what is allowed (the same message from ``tqgguf env`` and ``tqgguf serve``)."""
+    host, src = settings.host, settings.source("host")
+    where = src.what() if src.kind != "default" else f"host {host!r} (default)"
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise SettingsError([f"{where}: cannot resolve host {host!r} ({why}); allowed: a host name or address "
+                             f"of this machine ({HOST_ALLOWED}), e.g. 127.0.0.1 or 0.0.0.0"]) from None
+    family, type_, proto, _, addr = infos[0]
+    with socket.socket(family, type_, proto) as sock:
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise SettingsError([f"{where}: address {addr[0]} is not one of this machine's; allowed: an address "
+                                     "of this machine, e.g. 127.0.0.1, 0.0.0.0 (all interfaces) or a local "
+                                     "interface's address"]) from None
+            # other errors (permissions, ...) concern the port; serve reports them when it binds
 
 
 def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
@@ -485,7 +610,9 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
         try:
             value = parse(raw)
         except ValueError as e:
-            raise SettingsError([f"{src.name}={raw!r}: {e}"]) from None
+            raise SettingsError([f"{src.what()}: {e}"]) from None
+        if isinstance(value, Auto):
+            return value.value
         if value is not UNSET:
             return value
     return Settings.model_fields[name].get_default(call_default_factory=True)
@@ -520,7 +647,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def settings_report(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """JSON-able report for ``tqgguf env --json``: settings (value, source, flags,
+    """JSON-able report for ``tqgguf env --json``: settings (value, source with its auto flag, flags,
     variables, description), variables (value or None, description), unknown
     variables (``unknown_variables``: ``TQGGUF_*``, near-miss ``OLLAMA_*``) and, for each, the closest declared name (did_you_mean; None
     when none is close)."""

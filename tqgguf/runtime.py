@@ -8,6 +8,7 @@ caller learns what the engine really did (K/V types, MiB, rotation flags).
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -29,9 +30,12 @@ from .enginevars import warn_overrides
 class KVCacheInfo:
     """One KV cache of a context as llama.cpp logged it (Gemma-3: a sliding-window and a
     global one; most models: one). swa: it is the sliding-window cache (llama-kv-cache-iswa's
-    "creating SWA KV cache" came before it); cells, n_layers: its size and layer count;
-    k_type/v_type: its types ("mixed" under a layer plan); plan_bytes_per_token: the engine's
-    plan line for it (bytes one token takes in its layers), None without a plan."""
+    "creating SWA KV cache" came before it); cells, n_layers: its size (cells per sequence
+    stream: per slot of llama-server) and layer count; k_type/v_type: its types ("mixed" under
+    a layer plan); plan_bytes_per_token: the engine's plan line for it (bytes one token takes in
+    its layers), None without a plan; k_mib/v_mib: the MiB it allocated for K and V (all its
+    streams); n_seq: its sequence streams (0 when the line does not say); attn_rot_k/attn_rot_v:
+    the rotation flags llama.cpp logged for it (None when not logged)."""
 
     swa: bool
     cells: int
@@ -39,24 +43,38 @@ class KVCacheInfo:
     k_type: str
     v_type: str
     plan_bytes_per_token: int | None = None
+    k_mib: float = 0.0
+    v_mib: float = 0.0
+    n_seq: int = 0
+    attn_rot_k: bool | None = None
+    attn_rot_v: bool | None = None
 
 
-_CACHE_LINE = re.compile(r"creating\s+(non-SWA|SWA) KV cache|size\s*=\s*[\d.]+ MiB \(\s*(\d+) cells,\s*(\d+) layers,"
-                         r".*K \((\w+)\):.*V \((\w+)\):|kv_plan = .*?; (\d+) bytes per token")
+# llama-kv-cache.cpp: "size = 17.93 MiB (  1024 cells,  30 layers,  2/2 seqs), K (q8_0):   11.95 MiB, V (turbo4):
+# 5.98 MiB", then "attn_rot_k = 1, ..." and "attn_rot_v = 1, ..." for that cache
+_CACHE_LINE = re.compile(r"creating\s+(?P<kind>non-SWA|SWA) KV cache"
+                         r"|size\s*=\s*[\d.]+ MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers,"
+                         r"(?:\s*\d+/(?P<seqs>\d+) seqs)?.*K \((?P<k>\w+)\):\s*(?P<kmib>[\d.]+) MiB,"
+                         r"\s*V \((?P<v>\w+)\):\s*(?P<vmib>[\d.]+) MiB"
+                         r"|kv_plan = .*?; (?P<plan>\d+) bytes per token"
+                         r"|attn_rot_(?P<rot>[kv]) = (?P<on>\d)")
 
 
 def _caches(log: str) -> list[KVCacheInfo]:
     out: list[KVCacheInfo] = []
     swa = False
     for m in _CACHE_LINE.finditer(log):
-        if m.group(1):
-            swa = m.group(1) == "SWA"
-        elif m.group(2):
-            out.append(KVCacheInfo(swa, int(m.group(2)), int(m.group(3)), m.group(4), m.group(5)))
+        if m.group("kind"):
+            swa = m.group("kind") == "SWA"
+        elif m.group("cells"):
+            out.append(KVCacheInfo(swa, int(m.group("cells")), int(m.group("layers")), m.group("k"), m.group("v"),
+                                   k_mib=float(m.group("kmib")), v_mib=float(m.group("vmib")),
+                                   n_seq=int(m.group("seqs") or 0)))
             swa = False
-        elif out:
-            c = out[-1]
-            out[-1] = KVCacheInfo(c.swa, c.cells, c.n_layers, c.k_type, c.v_type, int(m.group(6)))
+        elif out and m.group("plan"):
+            out[-1] = dataclasses.replace(out[-1], plan_bytes_per_token=int(m.group("plan")))
+        elif out and m.group("rot"):
+            out[-1] = dataclasses.replace(out[-1], **{f"attn_rot_{m.group('rot')}": m.group("on") == "1"})
     return out
 
 

@@ -32,16 +32,17 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_DEVICE": "devices to offload to, a comma list of names such as CUDA0,RPC0 (none = CPU only; -dev)",
     "TQGGUF_HOST": "address to serve on: host, :port, host:port or http(s)://host:port",
     "TQGGUF_CONTEXT_LENGTH": "context length in tokens, per parallel slot",
-    "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache)",
+    "TQGGUF_NUM_PARALLEL": "number of parallel request slots (each has its own KV cache); 0 = auto (1, as Ollama)",
     "TQGGUF_KEEP_ALIVE": "how long the model stays loaded when idle (5m, 1h, 30s, 0, -1 = forever)",
-    "TQGGUF_MODELS": "directory of downloaded models",
+    "TQGGUF_MODELS": "directory of tqgguf's downloaded test models",
     "TQGGUF_TEXT": "evaluation text of ppl and sweep when -f is not given",
     "TQGGUF_LLAMA_SERVER": "llama-server binary tqgguf serve runs (default: the one `tqgguf build` installed)",
     "TQGGUF_LLAMA_SERVER_PORT": "loopback port of serve's first llama-server child (0 = a free one; the "
                                 "next models use the following ports)",
     "TQGGUF_MAX_CONTEXT_LENGTH": "largest per-slot context a request's num_ctx may ask for (0 = the model's "
                                  "training context)",
-    "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS)",
+    "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS); "
+                                "0 = auto (3 per GPU, 3 on the CPU, as Ollama)",
     "TQGGUF_MAX_REQUEST_BODY": "largest request body tqgguf serve accepts (32MiB, 64MB, bytes); larger: 413",
     "TQGGUF_DRAFT_MODEL": "draft model of serve's speculative decoding: a GGUF path or a `tqgguf models list` name (-md)",
     "TQGGUF_KV_CACHE_TYPE_K_DRAFT": "K cache type of the draft model (-ctkd; default f16, as llama-server's)",
@@ -52,13 +53,15 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_SPEC_TYPE": "speculative decoding types, a comma list (--spec-type; default draft-simple with a draft model)",
     "TQGGUF_MMPROJ": "multimodal projector GGUF of serve's model (--mmproj): images on /api/chat, /api/generate and "
                      "/v1/chat/completions",
+    "TQGGUF_BODY_TIMEOUT": "longest wait for the next part of a request body (60s, 5s, 0 = no limit); "
+                           "then 408 and the connection closes",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",
     "OLLAMA_FLASH_ATTENTION": "Ollama's flash attention switch; used when TQGGUF_FLASH_ATTENTION is unset",
     "OLLAMA_HOST": "Ollama's listen address; used when TQGGUF_HOST is unset",
     "OLLAMA_CONTEXT_LENGTH": "Ollama's context length; used when TQGGUF_CONTEXT_LENGTH is unset",
     "OLLAMA_NUM_PARALLEL": "Ollama's parallel requests; used when TQGGUF_NUM_PARALLEL is unset",
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
-    "OLLAMA_MODELS": "Ollama's model directory; used when TQGGUF_MODELS is unset",
+    "OLLAMA_MODELS": "Ollama's model store (manifests/, blobs/; default ~/.ollama/models): its models are served by name",
     "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",

@@ -169,13 +169,15 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
         if interrupted:
             raise KeyboardInterrupt
 
+    from ..values import KCenterError
+
     previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() else None
     try:
         from ..devices import set_fatal_note
 
         set_fatal_note(f"bench: the finished results are kept in {spec.results}; the same command resumes from there")
         rows = runner.run_bench(spec, on_result=shown, log=log)
-    except (EngineError, EngineNotBuiltError, RuntimeError, OSError) as e:
+    except (EngineError, EngineNotBuiltError, KCenterError, RuntimeError, OSError) as e:  # KCenterError: calib's
         raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:  # as serve: exit 130; what finished is kept and the same command resumes
         if all_rows:

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..config import SettingsError, resolve_settings, settings_report
+from ..config import SettingsError, check_listen_address, resolve_settings, settings_report
 from .terminal import NARROW, print_indented
 
 
@@ -19,9 +19,12 @@ def command(as_json: bool) -> None:
     every environment variable tqgguf reads.
 
     Precedence: CLI flag > TQGGUF_* > OLLAMA_* > default. A bad value is an error naming
-    the variable, the value and what is allowed (exit status 2)."""
+    the variable, the value and what is allowed (exit status 2), the same message
+    ``tqgguf serve`` gives for it (a listen address that does not resolve, or is not this
+    machine's, included)."""
     try:
         settings = resolve_settings({}, os.environ)
+        check_listen_address(settings)
     except SettingsError as e:
         if as_json:
             click.echo(json.dumps({"errors": e.errors}, indent=2))
@@ -55,7 +58,7 @@ def command(as_json: bool) -> None:
 
 def _source(row: dict) -> str:
     src = row["source_text"]
-    if row["source"]["kind"] != "default":
+    if row["source"]["kind"] != "default" and not row["source"].get("auto"):
         src += f"={row['source']['raw']!r}"
     return src
 

@@ -6,6 +6,7 @@ bad flag or variable exits with status 2 and a message naming it, a taken port w
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import click
@@ -27,7 +28,7 @@ def _echo_err(line: str) -> None:
                    "default 4096].")
 @click.option("-np", "--parallel", "parallel", metavar="N", default=None,
               help="Parallel slots, batched together by llama-server, each with -c tokens of KV cache "
-                   "[env TQGGUF_NUM_PARALLEL, OLLAMA_NUM_PARALLEL; default 1].")
+                   "[env TQGGUF_NUM_PARALLEL, OLLAMA_NUM_PARALLEL (0 = auto: 1, as Ollama); default 1].")
 @click.option("--max-ctx", "max_ctx", metavar="N", default=None,
               help="Largest per-slot context a request's options.num_ctx may reload the model with "
                    "[env TQGGUF_MAX_CONTEXT_LENGTH; default 0 = the model's training context].")
@@ -71,7 +72,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     Ollama (/api) compatible APIs, through a supervised llama-server child built by
     `tqgguf build` (or TQGGUF_LLAMA_SERVER). -np N slots of -c tokens each, continuously
     batched; other models are loaded on demand by name."""
-    from ..config import SettingsError, resolve_settings
+    from ..config import SettingsError, check_listen_address, resolve_settings
 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
                  "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
@@ -83,6 +84,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                                      main_gpu=main_gpu, device=device)}
     try:
         settings = resolve_settings(overrides)
+        check_listen_address(settings)
     except SettingsError as e:
         for msg in e.errors:
             click.echo(f"error: {msg}", err=True)
@@ -94,11 +96,21 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
                    f"or 0 for the model's training context", err=True)
         raise SystemExit(2)
 
-    from ..server.run import PortError, bind_socket, end_by_signal
+    import os
+
+    from ..server.child import check_child_env
+
+    try:  # LLAMA_ARG_* variables reach llama-server; a few would cut serve off from it
+        check_child_env(dict(os.environ))
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
+
+    from ..server.run import PortError, bind_socket, end_by_signal, listen_source
 
     # fail on a taken port before any download or model load (serve() binds for real)
     try:
-        bind_socket(settings.host, settings.port).close()
+        bind_socket(settings.host, settings.port, listen_source(settings)).close()
     except PortError as e:
         raise click.ClickException(str(e)) from None
 
@@ -156,14 +168,33 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         binary = llama_server_path(settings.llama_server)
     except FileNotFoundError as e:
         raise click.ClickException(str(e)) from None
+    if settings.max_loaded_models == 0:  # auto, as Ollama: 3 per GPU this llama-server lists, 3 on the CPU
+        from ..config import auto_max_loaded_models
+        from ..server.child import gpu_devices
+
+        try:
+            n_gpus = len(gpu_devices(binary))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise click.ClickException(f"cannot ask {binary} for its devices ({settings.source('max_loaded_models')} "
+                                       f"counts them): {e}") from None
+        settings = settings.model_copy(update={"max_loaded_models": auto_max_loaded_models(n_gpus)})
 
     try:
         path = resolve_model(model)
     except ModelError as e:
         raise click.ClickException(str(e)) from None
     path = Path(path)
-    if not alias:  # a registry name is its own alias; a file is named by its stem
-        alias = path.stem if Path(model).expanduser().is_file() else model.strip().lower()
+    from ..models import NoVocabularyError, refuse_no_vocabulary
+
+    try:  # every request would abort llama-server (SIGABRT in llama_vocab::tokenize): refused here
+        refuse_no_vocabulary(path, "`tqgguf serve` tokenizes every request")
+    except NoVocabularyError as e:
+        raise click.ClickException(str(e)) from None
+    if not alias:  # a registry name is its own alias, an Ollama model its shortest name; a file is named by its stem
+        from ..models import lookup
+
+        found = None if Path(model).expanduser().is_file() else lookup(model)
+        alias = path.stem if Path(model).expanduser().is_file() else found.name if found else model.strip().lower()
     from ..kvplan import GGUFReadError
 
     try:
@@ -286,13 +317,19 @@ class _EngineEnv:
         plan = build_plan(path, boundary=s.kv_boundary, swa=s.kv_swa, plan=s.kv_plan)
         for v in sorted(plan.v_types(s.cache_type_v)) if plan else ():
             if flash_attn_conflict(s.flash_attention, v):
-                raise ValueError(f"-fa off cannot be used with the layer plan's quantized V cache type {v}; "
+                raise ValueError(f"flash attention is off (from {s.source('flash_attention').describe()}), which "
+                                 f"cannot be used with the layer plan's quantized V cache type {v} (from "
+                                 f"{s.source('kv_plan' if s.kv_plan else 'kv_swa' if s.kv_swa else 'kv_boundary').describe()}); "
                                  f"{FLASH_ATTN_RULE}")
         kc, reason = parse_k_center(s.k_center), ""
         if kc.mode == "auto":
             kc, reason = resolve_auto(path, plan.k_types(s.cache_type_k) if plan else {s.cache_type_k},
                                       streams=s.num_parallel)
-        check_full(kc, path, streams=s.num_parallel)
+        try:
+            check_full(kc, path, streams=s.num_parallel)
+        except ValueError as e:  # it names -np and --k-center: say where each value came from
+            raise type(e)(f"{e} (-np {s.num_parallel} from {s.source('num_parallel').describe()}, --k-center "
+                          f"from {s.source('k_center').describe()})") from None
         kc_env = engine_value(kc, path, n_threads=self.threads)
         plan_env = plan.engine_value() if plan else ""
         notes = []

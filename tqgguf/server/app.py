@@ -5,6 +5,8 @@
 - ``routes_ollama``: Ollama (``/api/chat``, ``/api/generate``, ``/api/embed``,
   ``/api/embeddings``, ``/api/show``, ``/api/tags``, ``/api/ps``, ``/api/version``, ``/``),
   translated;
+- ``routes_manage``: Ollama's model management (``/api/pull``, ``/api/copy``, ``/api/delete``;
+  ``/api/create``, ``/api/push`` refused);
 - ``routes_misc``: ``/health`` and ``/metrics``;
 - ``proxy``: every call to a model's llama-server; ``errors``: each API's error shape, the
   exception handlers and the request-body limit; ``dependencies``: the shared
@@ -19,7 +21,7 @@ import contextlib
 
 from fastapi import FastAPI
 
-from . import routes_misc, routes_ollama, routes_openai
+from . import routes_manage, routes_misc, routes_ollama, routes_openai
 from .errors import BodyLimit, add_error_handlers
 from .runners import Manager
 
@@ -50,9 +52,9 @@ def create_app(manager: Manager) -> FastAPI:
     app = FastAPI(title="tqgguf serve", version=TQGGUF_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.manager = manager
-    app.add_middleware(BodyLimit, limit=manager.settings.max_request_body)
+    app.add_middleware(BodyLimit, limit=manager.settings.max_request_body, timeout=manager.settings.body_timeout)
     add_error_handlers(app)
-    for router in (routes_openai.router, routes_misc.router, routes_ollama.router):
+    for router in (routes_openai.router, routes_misc.router, routes_ollama.router, routes_manage.router):
         # the routes themselves, as include_router placed them in earlier FastAPI versions: the app
         # then matches one flat list. include_router now keeps each router as one route that
         # matches its own list, which costs 30-60 µs of CPU per request here (the front's

@@ -35,8 +35,15 @@ import aiohttp
 LOOPBACK = "127.0.0.1"
 #: Seconds a model may take to load before the start counts as failed.
 LOAD_TIMEOUT_S = 600.0
-#: Seconds between SIGTERM and SIGKILL when stopping a child.
+#: Seconds between SIGTERM and SIGKILL when stopping a child (an unload or a reload, once its
+#: requests have finished).
 STOP_GRACE_S = 10.0
+#: The same when ``tqgguf serve`` itself shuts down, after its requests' grace period: an idle
+#: llama-server exits ~35 ms after SIGTERM, but one in the middle of long prefills ignores it
+#: until its batches are done (three 6k-token prompts, q8_0/turbo4 on 2 CPU cores: still running
+#: 30 s after SIGTERM), which held the shutdown for the whole STOP_GRACE_S. Nothing is lost by
+#: killing it then: its requests have been answered with the shutdown's error.
+SHUTDOWN_STOP_S = 0.5
 
 #: The media marker of every child started with ``--mmproj`` (``LLAMA_MEDIA_MARKER`` in its
 #: environment; llama-server's own is random per process): where a ``/completion`` prompt
@@ -52,6 +59,37 @@ log = logging.getLogger("tqgguf.llama-server")
 
 # llama.cpp's common init logs the CPU threads it runs with: "llama threadpool init, n_threads = 4"
 _THREADS_LINE = re.compile(r"threadpool init, n_threads = (\d+)")
+
+
+#: llama-server reads each of its flags from a variable as well (``LLAMA_ARG_CTX_SIZE`` for ``-c``, ...,
+#: common/arg.cpp ``set_env``; a flag on the command line wins, with a warning), and the child inherits
+#: tqgguf's environment. Those variables that would cut the front off from its own child are refused:
+#: name -> why.
+CHILD_ENV_PREFIX = "LLAMA_ARG_"
+REFUSED_CHILD_ENV = {
+    "LLAMA_API_KEY": "llama-server would demand this key from tqgguf serve's own requests to it (401)",
+    "LLAMA_ARG_API_KEY_FILE": "llama-server would demand a key from tqgguf serve's own requests to it (401)",
+    "LLAMA_ARG_SSL_KEY_FILE": "llama-server would speak HTTPS, and tqgguf serve reaches it over plain HTTP",
+    "LLAMA_ARG_SSL_CERT_FILE": "llama-server would speak HTTPS, and tqgguf serve reaches it over plain HTTP",
+    "LLAMA_ARG_API_PREFIX": "llama-server's routes would move under the prefix, where tqgguf serve does not look",
+}
+
+
+def child_env_args(environ: dict[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that llama-server reads as flags (``LLAMA_ARG_*``, and
+    ``LLAMA_API_KEY``), sorted by name: they reach every child unless refused
+    (:func:`check_child_env`)."""
+    return {k: environ[k] for k in sorted(environ) if k.startswith(CHILD_ENV_PREFIX) or k in REFUSED_CHILD_ENV}
+
+
+def check_child_env(environ: dict[str, str]) -> None:
+    """Raise ValueError naming each variable of :data:`REFUSED_CHILD_ENV` set in ``environ``,
+    and why it cannot be used (unset it; serve has its own settings for what it supports)."""
+    bad = [k for k in child_env_args(environ) if k in REFUSED_CHILD_ENV]
+    if bad:
+        raise ValueError("; ".join(f"{k} is set, but {REFUSED_CHILD_ENV[k]}" for k in bad)
+                         + ": unset it (the variables llama-server reads reach tqgguf serve's child; this one "
+                           "would break the connection to it)")
 
 
 class ChildError(RuntimeError):
@@ -150,6 +188,10 @@ class ChildSpec:
                 a += ["--pooling", "mean"]
         else:
             a += ["-c", str(self.n_ctx * self.n_parallel), "-np", str(self.n_parallel)]
+            # as Ollama runs llama-server (appendContextShiftArgs in Ollama's llm/llama_server.go): a
+            # generation that reaches the end of the slot's context drops the older half of the tokens after
+            # n_keep and goes on; llama-server's own default is off (it stops with finish_reason length)
+            a += ["--context-shift"]
             if self.n_batch:
                 a += ["-b", str(self.n_batch)]
             if self.draft is not None:
@@ -236,6 +278,10 @@ class Child:
         self.n_threads: int | None = spec.n_threads  # what it runs with: -t, else read from its log
         self._on_line = on_line or (lambda line: log.info("[%s] %s", self.name, line))
         self._reader: threading.Thread | None = None
+        # set when the reader has passed llama-server's "model loaded" line: every load line (KV
+        # caches, placement) has been seen; /health can answer 200 while the reader, a thread on
+        # a busy machine, is still behind
+        self.load_read = threading.Event()
 
     @property
     def base_url(self) -> str:
@@ -287,6 +333,9 @@ class Child:
                 self._on_line(line)
             except Exception:  # noqa: BLE001 - a logging problem must not stop the reader
                 pass
+            if line.endswith(": model loaded"):  # llama-server's (tools/server/server.cpp) last load line
+                self.load_read.set()
+        self.load_read.set()  # the process ended: nothing more will come
 
     def last_lines(self, n: int = 8) -> list[str]:
         """This child's own last ``n`` log lines, oldest first (all that the reader has
@@ -317,6 +366,7 @@ class Child:
                     async with client.get("/health") as r:
                         if r.status == 200:
                             self.ready_seconds = time.monotonic() - self.started_at
+                            await asyncio.to_thread(self.load_read.wait, 5.0)  # its load lines are read
                             return self.ready_seconds
                 except (aiohttp.ClientError, asyncio.TimeoutError):
                     pass
@@ -346,8 +396,15 @@ class Child:
         try:
             await asyncio.wait_for(asyncio.to_thread(self.proc.wait), grace)
         except asyncio.TimeoutError:
+            log.info("[%s] llama-server (pid %d) still running %.1f s after SIGTERM: killed", self.name, self.proc.pid,
+                     grace)
             self.proc.kill()
             await asyncio.to_thread(self.proc.wait)
+        except asyncio.CancelledError:
+            # never leave a child that ignores SIGTERM behind a waiting thread (the event loop's
+            # executor would wait for that thread at exit, forever)
+            self.proc.kill()
+            raise
 
     def kill_now(self) -> None:
         """Synchronous SIGKILL (last resort at interpreter exit)."""

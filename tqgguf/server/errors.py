@@ -4,13 +4,16 @@ Ollama's routes (``/api/...``) answer ``{"error": "message"}``; every other rout
 OpenAI's ``{"error": {"message", "type", "param", "code"}}``. :func:`add_error_handlers`
 maps every exception a route can raise to its status: a bad request (``RequestError``,
 400 or what it says), an unknown model (404), a context or load option the server cannot
-give (400), a model that is not running (503), one that failed to load (500), a child that
+give (400), a model that cannot be served at all (400: no vocabulary), a model that is
+not running (503), one that failed to load (500), a child that
 went away mid-request (:class:`ChildGone`: 502, or 503 while shutting down), a client that
 left (:class:`ClientLeft`: 499, which nobody reads), anything else (500, logged).
-:class:`BodyLimit` refuses an oversized body with a 413 before it is read.
+:class:`BodyLimit` refuses an oversized body with a 413 before it is read, and a body
+that stops arriving with a 408 (:class:`BodyTimeout`).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -19,10 +22,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..values import format_size
+from ..values import format_duration, format_size
 from .child import ChildError
 from .ollama import RequestError
-from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, Unavailable
+from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, ModelRefused, Unavailable
 
 log = logging.getLogger("tqgguf.server")
 
@@ -67,14 +70,24 @@ async def json_body(request: Request) -> Any:
         raise RequestError(400, f"the request body is not valid JSON: {e}") from None
 
 
-class BodyLimit:
-    """ASGI middleware: refuse a request body over ``limit`` bytes with a 413 in the API's
-    error shape, without reading it: at once when Content-Length declares more, else (a
-    chunked body) as soon as the bytes read pass the limit (a RequestError out of
-    ``receive``, which the route's body read raises)."""
+_timeout = getattr(asyncio, "timeout", None)
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+
+class BodyTimeout(RequestError):
+    """The client stopped sending the request body it declared (408; the connection closes)."""
+
+
+class BodyLimit:
+    """ASGI middleware over the request body: refuse one over ``limit`` bytes with a 413 in
+    the API's error shape, without reading it: at once when Content-Length declares more,
+    else (a chunked body) as soon as the bytes read pass the limit; and end one whose next
+    part does not come within ``timeout`` seconds (0: no limit) with a 408 and the
+    connection closed (a client that declared Content-Length 100 and sent 1 byte). Both are
+    raised out of ``receive`` (RequestError, BodyTimeout), which the route's body read
+    raises; once the body is complete, ``receive`` (waiting for a disconnect) has no limit."""
+
+    def __init__(self, app, limit: int, timeout: float = 0.0):
+        self.app, self.limit, self.timeout = app, limit, timeout
         self.what = f"the limit of {format_size(limit)} (TQGGUF_MAX_REQUEST_BODY)"
 
     async def __call__(self, scope, receive, send) -> None:
@@ -84,15 +97,32 @@ class BodyLimit:
         if declared.isdigit() and int(declared) > self.limit:
             response = error(Request(scope), 413, f"the request body is {int(declared)} bytes, more than {self.what}")
             return await response(scope, receive, send)
-        seen = 0
+        seen, complete = 0, False
 
         async def limited():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete or not self.timeout:
+                message = await receive()
+            else:
+                try:
+                    if _timeout is not None:  # 3.11+: no extra task per part (wait_for's costs one)
+                        async with _timeout(self.timeout):
+                            message = await receive()
+                    else:  # pragma: no cover - Python 3.10
+                        message = await asyncio.wait_for(receive(), self.timeout)
+                except (TimeoutError, asyncio.TimeoutError):
+                    complete = True  # no more waits: the 408 is the answer
+                    raise BodyTimeout(408, f"the request body stopped arriving: no data for "
+                                           f"{format_duration(self.timeout)} after {seen} bytes"
+                                           + (f" of the {int(declared)} declared" if declared.isdigit() else "")
+                                           + " (TQGGUF_BODY_TIMEOUT)") from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if seen > self.limit:
                     raise RequestError(413, f"the request body is more than {self.what}")
+            else:
+                complete = True
             return message
 
         await self.app(scope, limited, send)
@@ -104,6 +134,12 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError):
         return error(request, exc.status, exc.message, exc.code, exc.param)
+
+    @app.exception_handler(BodyTimeout)
+    async def _body_timeout(request: Request, exc: BodyTimeout):
+        response = error(request, exc.status, exc.message, "request_timeout")
+        response.headers["Connection"] = "close"  # the rest of the body may still come: read no further
+        return response
 
     @app.exception_handler(ModelNotFound)
     async def _not_found(request: Request, exc: ModelNotFound):
@@ -120,6 +156,10 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Unavailable)
     async def _unavailable(request: Request, exc: Unavailable):
         return error(request, 503, str(exc))
+
+    @app.exception_handler(ModelRefused)
+    async def _model_refused(request: Request, exc: ModelRefused):
+        return error(request, 400, str(exc), "model_not_supported", "model")
 
     @app.exception_handler(ChildError)
     async def _child_error(request: Request, exc: ChildError):

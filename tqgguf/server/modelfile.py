@@ -18,6 +18,8 @@ class ModelFile:
     name: str
     path: Path
     _meta: dict[str, Any] | None = None
+    #: the model's entry in Ollama's store (tqgguf.ollama_store.OllamaModel) when it came from there
+    ollama: Any = None
 
     @property
     def tag(self) -> str:
@@ -25,7 +27,8 @@ class ModelFile:
 
     def names(self) -> set[str]:
         stem = self.path.stem
-        return {n.lower() for n in (self.name, self.tag, self.path.name, stem, f"{stem}:latest", str(self.path))}
+        return {n.lower() for n in (self.name, self.tag, self.name.removesuffix(":latest"), self.path.name, stem,
+                                    f"{stem}:latest", str(self.path))}
 
     def metadata(self) -> dict[str, Any]:
         """The GGUF's metadata keys (see :func:`read_gguf_metadata`), read once."""
@@ -33,8 +36,24 @@ class ModelFile:
             self._meta = read_gguf_metadata(self.path)
         return self._meta
 
+    def params(self) -> dict[str, Any]:
+        """The Modelfile parameters the model comes with (Ollama's params layer: ``num_ctx``,
+        ``stop``, ``temperature``...; Ollama's option names), the defaults under a request's
+        ``options``; {} for a model that is not from Ollama's store."""
+        return dict(self.ollama.params) if self.ollama is not None else {}
+
+    def system(self) -> str:
+        """The default system prompt (Ollama's system layer), "" when none."""
+        return self.ollama.system if self.ollama is not None else ""
+
+    def size(self) -> int:
+        """Bytes on disk: an Ollama model's layers (as ``/api/tags`` reports them), else the file."""
+        return int(self.ollama.size) if self.ollama is not None else self.path.stat().st_size
+
     @property
     def digest(self) -> str:
+        if self.ollama is not None:  # Ollama's: the sha256 of the manifest
+            return self.ollama.digest
         st = self.path.stat()
         # identifies the file version (path, size, mtime) without reading the whole file
         return hashlib.sha256(f"{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
@@ -69,6 +88,10 @@ class ModelFile:
     def has_pooling(self) -> bool:
         md = self.metadata()
         return int(md.get(f"{md.get('general.architecture')}.pooling_type", 0) or 0) > 0
+
+    def adds_bos(self) -> bool:
+        """Whether the tokenizer puts a BOS token first (``tokenizer.ggml.add_bos_token``)."""
+        return self.metadata().get("tokenizer.ggml.add_bos_token") is True
 
     def chat_template(self) -> str:
         return str(self.metadata().get("tokenizer.chat_template", ""))

@@ -25,7 +25,15 @@ OLLAMA_API_VERSION = "0.12.11"
 #: Ollama's default sampling (api.DefaultOptions in Ollama's api/types.go), sent to
 #: llama-server so /api/* answers as Ollama's do (llama-server's own defaults differ).
 OLLAMA_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0,
-                   "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+                   "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                   # num_keep 4 ("a minimal num_keep to avoid issues on context shifts"): the prompt tokens a
+                   # context shift and a truncated /api/generate prompt keep at the start
+                   "n_keep": 4}
+
+#: Ollama bounds an open-ended generation (num_predict -1, the default) to this many times the
+#: context (``openEndedGenerationContextMultiplier`` in Ollama's llm/llama_server.go): with the
+#: context shift on, a model that never stops would otherwise run forever.
+OPEN_ENDED_CONTEXTS = 10
 
 #: Ollama option -> llama-server request field (same meaning).
 OPTION_FIELDS = {
@@ -75,8 +83,17 @@ def keep_alive(body: dict) -> float | None:
         raise RequestError(400, f"keep_alive {v!r}: {e}") from None
 
 
-def options(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
-    """llama-server sampling fields for the request's ``options`` (Ollama defaults first),
+def model_defaults(params: dict[str, Any]) -> dict[str, Any]:
+    """The options a model's Modelfile parameters (Ollama's params layer) give every request:
+    the sampling ones :data:`OPTION_FIELDS` maps and ``num_ctx``; the other load-time ones
+    (num_gpu, num_thread...) are the server's to choose here and are not applied, nor are
+    names llama.cpp has no sampler for."""
+    return {k: v for k, v in params.items() if (OPTION_FIELDS.get(k) or k == "num_ctx") and v is not None}
+
+
+def options(body: dict, defaults: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """llama-server sampling fields for the request's ``options`` (Ollama defaults first, then
+    ``defaults``, the model's own parameters: :func:`model_defaults`; as Ollama layers them),
     and its load-time options (``runners.LOAD_OPTIONS``: num_ctx, num_batch, num_thread,
     num_gpu, use_mmap, ...) with their values type-checked; the runner compares those with
     what the model runs with (``Manager.plan_load``). Raises RequestError for an unknown
@@ -84,6 +101,7 @@ def options(body: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     opts = body.get("options") or {}
     if not isinstance(opts, dict):
         raise RequestError(400, "options must be an object of Modelfile parameters, e.g. {\"temperature\": 0}")
+    opts = {**(defaults or {}), **opts}
     out: dict[str, Any] = dict(OLLAMA_DEFAULTS)
     load: dict[str, Any] = {}
     for k, v in opts.items():
@@ -125,6 +143,30 @@ def _load_value(k: str, v: Any) -> Any:
                 f"an integer of at least {_LOAD_MIN[k]}")
         raise RequestError(400, f"options.{k} {json.dumps(v)} must be {what}")
     return v
+
+
+def bound_predict(sampling: dict[str, Any], n_ctx: int) -> None:
+    """Ollama's bound on an open-ended generation: ``n_predict`` unset or negative becomes
+    :data:`OPEN_ENDED_CONTEXTS` x ``n_ctx`` (in place)."""
+    n = sampling.get("n_predict")
+    if n is None or n < 0 or n > OPEN_ENDED_CONTEXTS * n_ctx:
+        sampling["n_predict"] = OPEN_ENDED_CONTEXTS * n_ctx
+
+
+def truncate_tokens(tokens: list[int], n_ctx: int, n_keep: int, adds_bos: bool) -> tuple[list[int], int]:
+    """A prompt of ``tokens`` cut to fit ``n_ctx`` as Ollama cuts an /api/generate prompt
+    (``completionPromptForRequest`` in Ollama's llm/llama_server.go): unchanged when it has at
+    most ``n_ctx - 1`` tokens; else the first ``n_keep`` tokens (all for a negative value; one
+    more for the BOS the tokenizer adds; at most ``n_ctx - 1``) and the latest ones, to a length
+    of ``n_ctx - max((n_ctx - n_keep) // 2, 1)``: the middle goes, and about half the context
+    stays free for the answer (the old runners' first context shift). Returns (the tokens,
+    how many leading ones were kept)."""
+    if len(tokens) <= n_ctx - 1:
+        return list(tokens), len(tokens)
+    keep = len(tokens) if n_keep < 0 else n_keep
+    keep = min(keep + (1 if adds_bos else 0), n_ctx - 1)
+    limit = n_ctx - max((n_ctx - keep) // 2, 1)
+    return list(tokens[:keep]) + list(tokens[len(tokens) - (limit - keep):]), keep
 
 
 def format_schema(fmt: Any) -> dict | None:

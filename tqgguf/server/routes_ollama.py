@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -38,6 +40,7 @@ from .modelfile import ModelFile
 from .runners import Manager, Runner
 
 router = APIRouter()
+log = logging.getLogger("tqgguf.server")
 
 
 @router.get("/", response_class=PlainTextResponse)
@@ -57,20 +60,29 @@ async def version_head():
     return Response(status_code=200)
 
 def _tag_entry(m: ModelFile) -> dict:
-    st = m.path.stat()
+    mtime = m.ollama.modified if m.ollama is not None else m.path.stat().st_mtime
     return {"name": m.tag, "model": m.tag,
-            "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.st_mtime)),
-            "size": st.st_size, "digest": m.digest, "details": m.details()}
+            "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mtime)),
+            "size": m.size(), "digest": m.digest, "details": m.details()}
 
 def _available(manager: Manager) -> list[ModelFile]:
-    """The served models plus every registry model that is downloaded."""
-    from ..models import list_models as registry
+    """The served models, then every downloaded registry model, every copy and every model in
+    Ollama's store (``tqgguf.models.list_models``), each name once."""
+    from ..models import ModelError, list_models, lookup
 
     out = list(manager.models.values())
-    known = {str(m.path) for m in out}
-    for row in registry():
-        if row.get("path") and row["path"] not in known:
-            out.append(ModelFile(row["name"], Path(row["path"])))
+    seen = {m.tag.lower() for m in out}
+    for row in list_models():
+        tag = row["name"] if ":" in row["name"] else f"{row['name']}:latest"
+        if not row.get("path") or tag.lower() in seen:
+            continue
+        try:
+            found = lookup(row["name"])
+        except ModelError:
+            continue
+        if found is not None:
+            seen.add(tag.lower())
+            out.append(ModelFile(row["name"], found.path, ollama=found.ollama))
     return out
 
 @router.get("/api/tags")
@@ -108,9 +120,18 @@ async def show(request: Request, manager: ManagerDep):
         (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else []) + \
         (["vision"] if manager.vision(m) else [])  # Ollama's name; clients check it before sending images
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
-    return {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
-            "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
-            "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.path.stat().st_mtime))}
+    out = {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
+           "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
+           "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.path.stat().st_mtime))}
+    if m.ollama is not None:  # as Ollama shows it: its Go template, parameters, system prompt, licenses
+        params = "\n".join(f"{k:<15}{json.dumps(x) if isinstance(x, str) else json.dumps(x)}"
+                           for k, v in m.params().items() for x in (v if isinstance(v, list) else [v]))
+        out.update(template=m.ollama.template, parameters=params, license="\n".join(m.ollama.license),
+                   modelfile=f"FROM {m.path}\n" + "".join(f"PARAMETER {line}\n" for line in params.splitlines()),
+                   modified_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.ollama.modified)))
+        if m.system():
+            out["system"] = m.system()
+    return out
 
 async def finish(res: dict, reason: str | None, timings: dict | None, lp: list | None, t0: float,
                  load_s: float, stack: contextlib.AsyncExitStack, headers: dict, **extra: Any) -> JSONResponse:
@@ -126,7 +147,7 @@ async def finish(res: dict, reason: str | None, timings: dict | None, lp: list |
 
 async def load_or_unload(manager: Manager, name: str, ka: float | None, body: dict, shape: str) -> dict:
     m = manager.find(name)
-    _, load = ol.options(body)  # a load request's load-time options apply as a generation's would
+    _, load = request_options(body, m, manager)  # a load request's load-time options apply as a generation's would
     base = {"model": name, "created_at": ol.now_rfc3339(), "done": True}
     if ka == 0:
         await manager.unload(m, reason="keep_alive 0")
@@ -142,6 +163,98 @@ async def load_or_unload(manager: Manager, name: str, ka: float | None, body: di
     base["done_reason"] = reason
     return base
 
+def request_options(body: dict, model: ModelFile, manager: Manager) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``ollama.options`` with the model's own parameters (an Ollama model's params layer) as
+    defaults under the request's; a ``num_ctx`` that only the parameters give is held to the
+    largest context this server allows for the model (a request's own is checked, and refused
+    above it, by the runner)."""
+    defaults = ol.model_defaults(model.params())
+    if "num_ctx" in defaults and isinstance(defaults["num_ctx"], int):
+        defaults["num_ctx"] = min(defaults["num_ctx"], manager.max_context(model))
+    return ol.options(body, defaults)
+
+
+def _padded(r: Runner) -> str:
+    return f"; num_ctx {r.n_ctx}, which llama.cpp pads to a multiple of 256" if r.slot_ctx != r.n_ctx else ""
+
+
+def _flag(body: dict, key: str) -> bool:
+    """A request's ``truncate`` / ``shift`` (Ollama: true when absent); RequestError unless a boolean."""
+    v = body.get(key, True)
+    if v is None:
+        return True
+    if not isinstance(v, bool):
+        raise RequestError(400, f"{key} must be true or false (default true)")
+    return v
+
+
+_EXCEEDED = re.compile(r"\((\d+) tokens\) (?:exceeds the available context size|is larger than the max context size) "
+                       r"\((\d+) tokens\)")
+
+
+def exceeded_context(e: RequestError) -> tuple[int, int] | None:
+    """(prompt tokens, the slot's context) when llama-server refused a prompt as longer than
+    its context ("request (N tokens) exceeds the available context size (M tokens)"), else None."""
+    m = _EXCEEDED.search(e.message) if e.status == 400 else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+async def prompt_tokens(r: Runner, payload: dict, messages: list[dict]) -> int:
+    """Tokens of ``messages`` as llama-server's chat endpoint will prompt them: its
+    ``/apply-template`` (the GGUF's chat template, with the request's tools and template
+    switches) and ``/tokenize`` (special tokens added and parsed, as the chat endpoint does)."""
+    tpl = {"messages": messages, **{k: payload[k] for k in ("tools", "chat_template_kwargs") if k in payload}}
+    text = (await proxy.call_ok(r, "/apply-template", tpl))["prompt"]
+    return len((await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": True,
+                                                     "parse_special": True}))["tokens"])
+
+
+async def fit_messages(count, msgs: list[dict], over: tuple[int, int], name: str) -> tuple[list[dict], str]:
+    """The messages of a chat whose prompt is longer than the context, cut as Ollama cuts them
+    (``chatPrompt`` in Ollama's server/prompt.go, ``truncateNativeChatMessages`` in
+    server/routes.go): the oldest messages are dropped, the system messages among them kept,
+    until the prompt fits; the latest message always stays. Ollama tries each start in turn
+    from the oldest; here the first start that fits is found by bisection (a later start never
+    makes the prompt longer), a few template-and-tokenize calls for any length of history.
+    Logged with how many messages and tokens went; returns (messages, a note for the
+    ``X-Tqgguf-Truncated`` header). RequestError (400) when the latest message alone does not
+    fit (Ollama then passes it on and llama-server refuses it the same way).
+
+    Args:
+        count: ``await count(messages)`` -> the prompt's tokens (:func:`prompt_tokens`).
+        msgs: the request's messages (OpenAI form); over: (prompt tokens, context) from
+            :func:`exceeded_context`; name: the model, for the log.
+    """
+    n_prompt, n_ctx = over
+
+    def start_at(i: int) -> list[dict]:
+        return [m for m in msgs[:i] if m["role"] == "system"] + msgs[i:]
+
+    last = len(msgs) - 1
+    lo, hi = min(1, last), last  # msgs[0:] does not fit; find the smallest start whose prompt fits
+    kept_tokens = None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        n = await count(start_at(mid))
+        if n < n_ctx:
+            hi, kept_tokens = mid, n
+        else:
+            lo = mid + 1
+    if kept_tokens is None:
+        kept_tokens = await count(start_at(lo))
+    if kept_tokens >= n_ctx:
+        raise RequestError(400, f"the latest message alone makes a prompt of {kept_tokens} tokens (with the system "
+                                f"messages and the chat template), which does not fit the context of {n_ctx} tokens "
+                                f"(num_ctx, as llama.cpp pads it); shorten it or raise num_ctx (the maximum: --max-ctx)")
+    kept = start_at(lo)
+    dropped = len(msgs) - len(kept)
+    note = f"{dropped} of {len(msgs)} messages, {n_prompt - kept_tokens} of {n_prompt} tokens dropped"
+    log.warning("%s: the chat prompt (%d tokens, %d messages) is longer than the context (%d tokens): dropped the "
+                "%d oldest non-system message(s), %d tokens, as Ollama truncates; kept %d message(s), %d tokens",
+                name, n_prompt, len(msgs), n_ctx, dropped, n_prompt - kept_tokens, len(kept), kept_tokens)
+    return kept, note
+
+
 @router.post("/api/chat")
 async def api_chat(request: Request, manager: ManagerDep):
     t0 = time.monotonic()
@@ -153,8 +266,11 @@ async def api_chat(request: Request, manager: ManagerDep):
             raise RequestError(400, "messages must be a list of {role, content} objects")
         return await load_or_unload(manager, name, ka, body, "chat")
     messages = ol.chat_messages(body["messages"])
-    sampling, load = ol.options(body)
     model = manager.find(name)
+    sampling, load = request_options(body, model, manager)
+    if model.system() and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": model.system()})  # the model's SYSTEM, as Ollama adds it
+    truncate, shift = _flag(body, "truncate"), _flag(body, "shift")
     media.attach_images(messages, manager.vision(model), name)
     payload: dict[str, Any] = {"messages": messages, **sampling}
     payload.update(ol.think_fields(body, name, model.chat_template()))
@@ -172,9 +288,35 @@ async def api_chat(request: Request, manager: ManagerDep):
                                                               load=load, keep_alive=ka))
     headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
     load_s = r.loaded_since(t0)
-    try:
+    ol.bound_predict(payload, r.n_ctx)
+
+    async def send() -> Any:
         if not stream:
-            data = await proxy.until_disconnect(request, proxy.call_ok(r, "/v1/chat/completions", payload))
+            return await proxy.until_disconnect(request, proxy.call_ok(r, "/v1/chat/completions", payload))
+        return await proxy.open_stream(r, "/v1/chat/completions", payload=payload)
+
+    wanted = payload["n_predict"]
+
+    async def no_shift() -> None:  # shift: false: stop at the end of the context instead of shifting it
+        if not shift:
+            n_prompt = await prompt_tokens(r, payload, payload["messages"])
+            payload["n_predict"] = max(1, min(wanted, r.slot_ctx - 1 - n_prompt))
+
+    try:
+        await no_shift()
+        try:
+            result = await send()
+        except RequestError as e:
+            over = exceeded_context(e)
+            if over is None or not truncate:
+                raise
+            payload["messages"], note = await fit_messages(lambda m: prompt_tokens(r, payload, m),
+                                                           payload["messages"], over, name)
+            headers["X-Tqgguf-Truncated"] = note
+            await no_shift()
+            result = await send()
+        if not stream:
+            data = result
             ch = (data.get("choices") or [{}])[0]
             msg = ch.get("message") or {}
             out_msg: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
@@ -189,7 +331,7 @@ async def api_chat(request: Request, manager: ManagerDep):
             return await finish({"model": name, "created_at": ol.now_rfc3339(), "message": out_msg},
                                 ch.get("finish_reason"), data.get("timings"),
                                 ol.logprobs_from_openai(ch.get("logprobs")), t0, load_s, stack, headers)
-        resp = await proxy.open_stream(r, "/v1/chat/completions", payload=payload)
+        resp = result
     except BaseException:
         await stack.aclose()
         raise
@@ -286,8 +428,9 @@ async def api_generate(request: Request, manager: ManagerDep):
     if not isinstance(context, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
         raise RequestError(400, "context must be the list of token ids a previous /api/generate returned")
     raw = body.get("raw") is True
-    sampling, load = ol.options(body)
     model = manager.find(name)
+    sampling, load = request_options(body, model, manager)
+    truncate, shift = _flag(body, "truncate"), _flag(body, "shift")
     if body.get("images") and not manager.vision(model):
         raise media.no_projector(name)
     imgs = media.images(body.get("images"), "images")
@@ -308,11 +451,13 @@ async def api_generate(request: Request, manager: ManagerDep):
         if raw:  # the images go before the prompt, one media marker each
             text = media.IMAGE_SEPARATOR.join([MEDIA_MARKER] * len(imgs)) + prompt
         else:
-            msgs = ([{"role": "system", "content": body["system"]}] if isinstance(body.get("system"), str) else [])
+            system = body["system"] if isinstance(body.get("system"), str) else model.system()
+            msgs = [{"role": "system", "content": system}] if system else []
             msgs.append({"role": "user", "content": media.content_parts(prompt, imgs) if imgs else prompt})
             kwargs = {k: v for k, v in think.items() if k == "chat_template_kwargs"}
             # with image parts, llama-server's template writes a media marker where each image goes
             text = (await proxy.call_ok(r, "/apply-template", {"messages": msgs, **kwargs}))["prompt"]
+        n_ctx = r.slot_ctx
         if imgs:  # a prompt object: its text and the images its markers stand for (no token ids, no context)
             full = []
             prompt_field: Any = {"prompt_string": text, "multimodal_data": imgs}
@@ -320,9 +465,20 @@ async def api_generate(request: Request, manager: ManagerDep):
             toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
                                                          "parse_special": True}))["tokens"]
             full = list(context) + list(toks)
+            if truncate and len(full) > n_ctx - 1:
+                cut, keep = ol.truncate_tokens(full, n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
+                log.warning("%s: the prompt (%d tokens) is longer than the context (%d tokens%s): truncated to %d tokens as "
+                            "Ollama does, keeping the first %d (num_keep%s) and the latest %d; %d tokens dropped", name,
+                            len(full), n_ctx, _padded(r), len(cut), keep, " + BOS" if model.adds_bos() else "",
+                            len(cut) - keep, len(full) - len(cut))
+                headers["X-Tqgguf-Truncated"] = f"{len(full) - len(cut)} of {len(full)} tokens dropped"
+                full = cut
             prompt_field = full
         payload: dict[str, Any] = {"prompt": prompt_field, "stream": stream, "return_tokens": True, "cache_prompt": True,
                                    **sampling, **ol.logprob_fields(body, chat=False)}
+        ol.bound_predict(payload, r.n_ctx)
+        if not shift:  # stop at the end of the context instead of shifting it
+            payload["n_predict"] = max(1, min(payload["n_predict"], n_ctx - 1 - len(full)))
         if (schema := ol.format_schema(body.get("format"))) is not None:
             payload["json_schema"] = schema
         if not stream:

@@ -5,7 +5,8 @@ The port is bound before the model is loaded, so "port in use" is reported at on
 uvicorn then listens on that socket. SIGINT/SIGTERM shut down gracefully: uvicorn stops
 listening, running requests get SHUTDOWN_GRACE_S to finish, those still running then end
 with the API's error (a final SSE ``error`` event / NDJSON ``{"error": ...}`` line once
-streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL), and the process
+streaming, else a 503), the children are stopped (SIGTERM, then SIGKILL after
+``child.SHUTDOWN_STOP_S``: a llama-server busy with a long prefill ignores SIGTERM), and the process
 ends by the signal it got, once the children are stopped (``end_by_signal``: SIGTERM is
 re-raised, exit status 128+15 = 143 in a shell, -15 for Popen; SIGINT exits with 130, the
 shell's status for Ctrl-C, without click's "Aborted!"): the convention for "stopped on
@@ -19,21 +20,27 @@ import contextlib
 import copy
 import errno
 import logging
+import os
+import re
 import signal
 import socket
 import subprocess
 import threading
 from typing import Callable
 
+from ..config import MODELS_PER_GPU
 from ..values import format_duration, format_size
 from ..engine import GPUOffloadError
-from .child import gpu_devices
+from .child import child_env_args, gpu_devices
 from .runners import Manager, Runner, ServeConfig
 
 log = logging.getLogger("tqgguf.server")
 
 #: Seconds the requests still running at SIGTERM/SIGINT get to finish before they are ended
-#: with an error; uvicorn's own limit (after which it cancels them) is 5 s more.
+#: with an error and the children are stopped (killed ``child.SHUTDOWN_STOP_S`` after SIGTERM
+#: when busy). uvicorn's own limit, after which it cancels whatever still runs, is 1 s more.
+#: The process ends about SHUTDOWN_GRACE_S + 0.5 s after the signal, within a container
+#: runtime's default 10 s stop timeout.
 SHUTDOWN_GRACE_S = 5.0
 
 
@@ -41,16 +48,28 @@ class PortError(OSError):
     """The listen address cannot be used (port in use, no permission, unknown host)."""
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind a TCP socket to (host, port) without listening yet.
+def listen_source(settings) -> str:
+    """Where the listen address came from, for bind_socket's messages: ``port from default,
+    host from env OLLAMA_HOST='0.0.0.0'``."""
+    def one(name: str) -> str:
+        src = settings.source(name)
+        return f"{name} from {'default' if src.kind == 'default' else src.describe()}"
+    return f"{one('port')}, {one('host')}"
+
+
+def bind_socket(host: str, port: int, source: str = "") -> socket.socket:
+    """Bind a TCP socket to (host, port) without listening yet; ``source`` (listen_source)
+    says where the address came from, and each message names it.
 
     Raises PortError with a message that says what to do: port in use, a privileged
     port without permission, an address this machine does not have, an unknown host.
     """
+    origin = f" ({source})" if source else ""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise PortError(f"cannot resolve host {host!r}: {e.strerror}; set --host or TQGGUF_HOST") from None
+        raise PortError(f"cannot resolve host {host!r}{origin}: {e.strerror}; set --host, TQGGUF_HOST or "
+                        "OLLAMA_HOST") from None
     family, type_, proto, _, addr = infos[0]
     sock = socket.socket(family, type_, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,14 +79,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         where = f"{host}:{port}"
         if e.errno == errno.EADDRINUSE:
-            msg = (f"port {port} is already in use on {host} (another tqgguf, Ollama or llama-server?); "
-                   f"choose another with --port or TQGGUF_HOST")
+            msg = (f"port {port} is already in use on {host}{origin} (another tqgguf, Ollama or llama-server?); "
+                   f"choose another with --port, TQGGUF_HOST or OLLAMA_HOST")
         elif e.errno == errno.EACCES:
-            msg = f"permission denied to listen on {where} (ports below 1024 need root); choose --port 1024 or above"
+            msg = (f"permission denied to listen on {where}{origin} (ports below 1024 need root); "
+                   "choose a port of 1024 or above")
         elif e.errno == errno.EADDRNOTAVAIL:
-            msg = f"address {host} is not available on this machine; use 127.0.0.1 or 0.0.0.0"
+            msg = f"address {host}{origin} is not available on this machine; use 127.0.0.1 or 0.0.0.0"
         else:
-            msg = f"cannot listen on {where}: {e.strerror}"
+            msg = f"cannot listen on {where}{origin}: {e.strerror}"
         raise PortError(msg) from None
     return sock
 
@@ -88,7 +108,9 @@ def gpu_devices_error(config: ServeConfig) -> str | None:
             return None
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot ask {config.llama_server} for its devices: {e}"
-    return (f"{flag} {'all' if ngl < 0 else ngl} asks for GPU layers, but {config.llama_server} lists no GPU device "
+    src = config.settings.source("n_gpu_layers_draft" if flag == "-ngld" else "n_gpu_layers")
+    return (f"{flag} {'all' if ngl < 0 else ngl} ({'default' if src.kind == 'default' else src.describe()}) "
+            f"asks for GPU layers, but {config.llama_server} lists no GPU device "
             "(built for the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it): build it with "
             f"`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use {flag} 0")
 
@@ -111,6 +133,17 @@ def runner_placement(runner: Runner) -> list[str]:
     except Exception:  # noqa: BLE001 - a placement we cannot compute is left out, never fatal
         return []
     cells = runner.n_ctx * s.num_parallel
+    caches = runner.kv_caches()
+    if any(c.swa for c in caches):
+        # the sliding-window layers hold fewer cells than the context (Gemma-3: 1024 a slot, not
+        # n_ctx): scale the rows so that the K and V totals are the MiB llama.cpp allocated, as
+        # every layer holding every cell would overstate them 2.7-5.2x (exact on one device; over
+        # several it takes the window layers as spread evenly)
+        for rows, side in ((k, "k_mib"), (v, "v_mib")):
+            full = cells * sum(rows) / (1 << 20)
+            got = sum(getattr(c, side) for c in caches)
+            if full > 0 and got > 0:
+                rows[:] = [r * got / full for r in rows]
     off = runner.config.offload
     # one device per worker, in --rpc order: RPC0, RPC1, ... (llama.cpp's names for them)
     names = {f"RPC{i}": str(ep) for i, ep in enumerate(parse_endpoints(off.rpc))} if off is not None and off.rpc else {}
@@ -143,16 +176,43 @@ def media_lines(config: ServeConfig) -> list[str]:
     return out
 
 
+def _from(src) -> str:
+    """``from env X`` for a value given, ``auto: X=0`` for one that asked for auto."""
+    return str(src) if src.auto else f"from {src}"
+
+
+def flash_attention_applied(lines: list[str]) -> str | None:
+    """What llama.cpp did with flash attention, from its load log: "on" or "off" (its
+    ``resolve_fused_ops: Flash Attention enabled`` / ``... not supported, set to disabled``
+    for auto, ``enabling flash_attn since it is required ...``, or the context's
+    ``flash_attn = enabled/disabled`` line); None when the log does not say."""
+    found = None
+    for line in lines:
+        if re.search(r"Flash Attention (?:was auto, set to )?enabled|enabling flash_attn", line):
+            found = "on"
+        elif re.search(r"Flash Attention .*(?:disabled|not supported)|flash_attn is not compatible", line):
+            found = "off"
+        elif m := re.search(r"flash_attn\s*=\s*(enabled|disabled)\b", line):
+            found = found or ("on" if m.group(1) == "enabled" else "off")
+    return found
+
+
 def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> list[str]:
-    """The startup log: model, the llama-server child, effective K/V types, rotation,
-    K centering, flash attention, slots and context, threads, limits and keep-alive, each
-    with where the setting came from."""
+    """The startup log: model, the llama-server child, K/V types and rotation as set (each
+    with where the setting came from) and as llama.cpp applied them (each KV cache's cells and
+    MiB, the rotation flags: ``Runner.kv_lines``), K centering, flash attention, slots and
+    context, threads, the placement, every LLAMA_ARG_* variable that reaches the child (and
+    whether a flag of serve's overrides it), limits and keep-alive."""
     s = config.settings
     src = s.source
     m = runner.model
     d = m.details()
     child = runner.child
-    lines = [f"model: {m.path.name} ({d['family']}{', ' + d['parameter_size'] if d['parameter_size'] else ''}) "
+    what = (f"{m.ollama.display} from Ollama's store ({m.path}; its Modelfile parameters are the requests' "
+            f"defaults: {', '.join(f'{k} {v}' for k, v in m.params().items()) or 'none'}; chats are formatted by the "
+            "GGUF's own chat template, as llama-server does, not by Ollama's Go template)") if m.ollama is not None \
+        else m.path.name
+    lines = [f"model: {what} ({d['family']}{', ' + d['parameter_size'] if d['parameter_size'] else ''}) "
              f"served as {m.name!r}",
              f"llama-server: {config.llama_server} (pid {child.pid if child else '?'}, loopback port "
              f"{child.port if child else '?'}) ready in {runner.load_seconds:.2f} s",
@@ -160,23 +220,45 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
              f"rotation: {'on' if s.attn_rotation else 'off'} (from {src('attn_rotation')}): "
              f"LLAMA_ATTN_ROT_DISABLE={config.engine_env.get('LLAMA_ATTN_ROT_DISABLE', '?')} in llama-server's "
              "environment"]
+    lines += runner.kv_lines()  # what llama.cpp made of them: each cache's cells and MiB, the rotation applied
     lines += config.engine_notes  # K centering (auto: what it chose and why), the layer plan
-    lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})")
-    lines.append(f"slots: {s.num_parallel} (from {src('num_parallel')}), continuous batching, {runner.n_ctx} tokens "
-                 f"each (from {src('context_length')}; llama-server -c {runner.n_ctx * s.num_parallel})")
-    threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's default)"
+    fa = flash_attention_applied(runner.load_lines)
+    lines.append(f"flash attention: {s.flash_attention} (from {src('flash_attention')})" +
+                 (f" -> {fa} (llama-server's log)" if fa else "" if s.flash_attention != "auto" else
+                  " -> not reported by llama-server's log"))
+    ctx_src = ("the model's Ollama parameters, PARAMETER num_ctx" if runner.n_ctx != s.context_length
+               and m.params().get("num_ctx") else src('context_length'))
+    lines.append(f"slots: {s.num_parallel} ({_from(src('num_parallel'))}), continuous batching, {runner.n_ctx} tokens "
+                 f"each (from {ctx_src}; llama-server -c {runner.n_ctx * s.num_parallel}"
+                 + (f", which llama.cpp pads to {runner.slot_ctx} a slot" if runner.slot_ctx != runner.n_ctx else "")
+                 + ")")
+    threads = config.n_threads or f"{child.n_threads if child and child.n_threads else '?'} (llama-server's own: every core)"
     ngl = "auto" if config.n_gpu_layers is None else ("all" if config.n_gpu_layers < 0 else config.n_gpu_layers)
     lines.append(f"threads: {threads} (from {'flag -t' if config.n_threads else 'default'}); -ngl {ngl} "
-                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded and runner.on_device else ""))
+                 f"(from {src('n_gpu_layers')})" + (f", {runner.offloaded} layers offloaded" if runner.offloaded and runner.on_device else
+                                                    ", every layer on the CPU" if not runner.on_device else ""))
     if config.offload is not None and config.offload.rpc:
         lines.append(f"rpc workers: {config.offload.rpc} (from {src('rpc')}); -sm {config.offload.split_mode}")
     lines += media_lines(config)
     lines += [f"placement: {x}" for x in runner_placement(runner)]
+    overridden = runner.overridden_env()
+    for name, value in child_env_args(dict(os.environ)).items():
+        what = (f"set, but serve's {overridden[name]} overrides it (llama-server's own warning)" if name in overridden
+                else "passed to llama-server")
+        lines.append(f"environment: {name}={value} ({what})")
     lines.append(f"num_ctx: requests may reload the model with up to {manager.max_context(m)} tokens per slot "
                  f"(from {manager.max_context_source(m)}); max loaded models: {s.max_loaded_models} "
-                 f"(from {src('max_loaded_models')})")
-    lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}); "
-                 "larger: 413")
+                 f"({_from(src('max_loaded_models'))}" +
+                 (f": {MODELS_PER_GPU} per GPU llama-server lists, {MODELS_PER_GPU} on the CPU)" if src('max_loaded_models').auto else ")"))
+    lines.append("context: as Ollama, a prompt longer than num_ctx is truncated (chat: the oldest messages, system "
+                 "messages kept; generate: the tokens after num_keep) and a generation that reaches the end of the "
+                 "context shifts it and goes on to num_predict (llama-server --context-shift"
+                 + ("" if runner.context_shift else "; not supported for this model, so it stops there") + "); "
+                 "a request's truncate: false / shift: false turns either off")
+    wait = (f"at most {format_duration(s.body_timeout)} between its parts (from {src('body_timeout')}), "
+            "else 408 and the connection closes" if s.body_timeout else f"no time limit (from {src('body_timeout')})")
+    lines.append(f"request body: at most {format_size(s.max_request_body)} (from {src('max_request_body')}), "
+                 f"larger: 413; {wait}")
     ka = s.keep_alive
     ka_text = ("the model stays loaded" if ka < 0 else
                "the model unloads after each request and reloads on the next" if ka == 0 else
@@ -277,7 +359,7 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     from .app import create_app
 
     s = config.settings
-    sock = bind_socket(s.host, s.port)
+    sock = bind_socket(s.host, s.port, listen_source(s))
     logging.config.dictConfig(_log_config(log_level))
     if (why := gpu_devices_error(config)) is not None:
         sock.close()
@@ -286,14 +368,14 @@ def serve(config: ServeConfig, *, echo: Callable[[str], None] = print, access_lo
     async def main() -> None:
         manager = Manager(config)
         try:
-            echo(f"starting llama-server for {config.model_path.name}: {s.num_parallel} slot(s) of "
+            echo(f"starting llama-server for {config.alias}: {s.num_parallel} slot(s) of "
                  f"{s.context_length} tokens ...")
             runner = await manager.start()
             for line in startup_summary(config, manager, runner):
                 echo(line)
             app = create_app(manager)
             server = _server_class()(manager, uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log,
-                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5))
+                                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 1))
             await server.serve(sockets=[sock])
             captured.extend(server._captured_signals)
         finally:

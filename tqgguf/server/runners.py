@@ -5,9 +5,10 @@ structured output; ``-np`` slots with continuous batching) or ``embed`` (an
 embeddings-only child, started on the first embeddings request). The :class:`Manager`
 resolves request model names, starts runners on demand, keeps at most
 ``max_loaded_models`` models loaded (the least recently used idle one is unloaded for a
-new one), applies keep-alive per request as Ollama does, reloads a model with the context
-a request's ``num_ctx`` asks for when it differs from the loaded one (larger or smaller:
-Ollama's scheduler compares them), and restarts a child that dies.
+new one), applies keep-alive per request as Ollama does, reloads a model when a request's
+effective load options (``num_ctx``, ``num_thread``, ... : what the request sets, serve's
+settings for what it leaves out) differ from the loaded ones (larger or smaller: Ollama's
+scheduler compares them), and restarts a child that dies.
 
 Ollama's rules followed here (docs/api.md, docs/faq.md of the Ollama repository):
 ``keep_alive`` sent with a request sets how long the model stays loaded after *that*
@@ -30,9 +31,10 @@ from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from ..config import Settings
+from ..config import MIN_CONTEXT, Settings
 from ..runtime import training_context_warning
-from .child import LLAMA_DEFAULT_N_BATCH, Child, ChildError, ChildSpec, DraftSpec, describe_exit, gpu_devices
+from .child import (LLAMA_DEFAULT_N_BATCH, SHUTDOWN_STOP_S, STOP_GRACE_S, Child, ChildError, ChildSpec, DraftSpec,
+                    describe_exit, gpu_devices)
 from .modelfile import ModelFile
 
 log = logging.getLogger("tqgguf.server")
@@ -52,6 +54,20 @@ class ContextTooLarge(ValueError):
 
 class Unavailable(RuntimeError):
     """The model's llama-server is not running (failed to load, or crashed and gave up)."""
+
+
+class ModelRefused(ChildError):
+    """A request named a model that cannot be served at all (no vocabulary: every request
+    would abort its llama-server); a 400 naming why."""
+
+
+def check_model(model: ModelFile) -> None:
+    """Refuse, before any llama-server starts, a model every request would kill (ModelRefused):
+    one without a vocabulary (tqgguf.models.vocabulary_error)."""
+    from ..models import vocabulary_error
+
+    if (why := vocabulary_error(model.path, "`tqgguf serve` tokenizes every request")) is not None:
+        raise ModelRefused(why)
 
 
 class LoadOptionRefused(ValueError):
@@ -79,14 +95,25 @@ class LoadParams:
     use_mmap: bool = True
 
 
+def default_load(config: "ServeConfig") -> LoadParams:
+    """The load serve's own settings give (``-t``, ``-ngl``; llama-server's ``-b``, mmap): what a
+    request that sets no load-time option runs with."""
+    return LoadParams(n_threads=config.n_threads, n_gpu_layers=config.n_gpu_layers)
+
+
+#: The LoadParams field of each "reload" option of LOAD_OPTIONS.
+_LOAD_FIELD = {"num_batch": "n_batch", "num_thread": "n_threads", "num_gpu": "n_gpu_layers", "use_mmap": "use_mmap"}
+
 #: Ollama's load-time options (``api.Runner`` in Ollama's api/types.go, plus the ones older
 #: Ollama versions had and clients still send) and what ``tqgguf serve`` does with each:
 #: "reload" (a different value reloads the model with it, as Ollama's scheduler does in
 #: ``needsReload``: it compares the loaded runner's options with the request's, num_ctx
 #: included, and reloads on any difference), "context" (num_ctx: the same, larger or smaller,
 #: within MIN_CONTEXT and the maximum; handled by ``Manager.runner``), "fixed" (a different
-#: value is refused: it cannot change per request here). An option a request leaves out keeps
-#: what the model runs with. Value types: int or bool, as Ollama parses them (``Options.FromMap``).
+#: value is refused: it cannot change per request here). An option a request leaves out gets
+#: serve's setting (a model reloaded for one request's options gets its defaults back on the next
+#: request that leaves them out, as Ollama fills a request's missing options with the defaults
+#: before comparing). Value types: int or bool, as Ollama parses them (``Options.FromMap``).
 LOAD_OPTIONS: dict[str, tuple[str, type]] = {
     "num_ctx": ("context", int), "num_batch": ("reload", int), "num_thread": ("reload", int),
     "num_gpu": ("reload", int), "use_mmap": ("reload", bool), "main_gpu": ("fixed", int),
@@ -158,7 +185,15 @@ def _child_session(base_url: str, n_parallel: int) -> aiohttp.ClientSession:
         read_bufsize=1 << 20)
 
 
-_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device")
+#: The child's load lines kept in ``Runner.load_lines``: placement (buffers, layers per device), each KV
+#: cache as llama.cpp made it (size, cells, layers, types, rotation; tqgguf.runtime.parse_kv_report), and
+#: llama.cpp's own note that a LLAMA_ARG_* variable is overridden by a flag serve passes (common/arg.cpp).
+_PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d+ layers|assigned to device"
+                             r"|llama_kv_cache(?:_iswa)?: (?:size =|attn_rot_|creating)"
+                             r"|environment variable is set, but will be overwritten"
+                             r"|Flash Attention|flash_attn")  # what flash attention became (run.flash_attention_applied)
+_OVERRIDDEN_ENV = re.compile(r"warn: (\S+) environment variable is set, but will be overwritten by command line "
+                             r"argument (\S+)")
 # llama-server's per-request speculative decoding line (server-context.cpp, print_timing):
 # "draft acceptance = 0.70000 (   21 accepted /    30 generated), mean len =  3.10"
 _DRAFT_LINE = re.compile(r"draft acceptance = [0-9.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
@@ -193,6 +228,12 @@ def _layers(n_gpu_layers: int | None, n_layer: int) -> int:
     if n_layer <= 0:
         return n_gpu_layers
     return n_layer + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n_layer + 1)
+
+
+def _shown(value: Any) -> str:
+    """An option's value as the log and X-Tqgguf-Reloaded show it: JSON, or "default" for
+    llama-server's own choice not known yet (the threads of a child not yet run without -t)."""
+    return "default" if value is None else json.dumps(value)
 
 
 #: Why each "fixed" load-time option cannot change per request (LoadOptionRefused's message).
@@ -233,7 +274,9 @@ class Runner:
         self.ready_at = 0.0  # monotonic time the last (re)start became ready
         self.client: aiohttp.ClientSession | None = None  # to the child; see start()
         self._watch: asyncio.Task | None = None
-        self.load = LoadParams(n_threads=config.n_threads, n_gpu_layers=config.n_gpu_layers)
+        self.load = default_load(config)
+        self.starts = 0  # loads that became ready (the first, reloads, restarts)
+        self.auto_threads: int | None = None  # the threads a child started without -t logged it runs with
         self.reload_reason = ""  # what the last reload for a request changed, e.g. "num_ctx 4096"
         self.cut_reason: str | None = None  # why the connections to the child were closed (shutdown)
         self.streams: set[aiohttp.ClientResponse] = set()  # streamed answers being relayed now
@@ -243,6 +286,8 @@ class Runner:
         self.worker_down = False  # the last start failed because an RPC worker could not be used
         self.draft_accepted = 0  # draft tokens accepted / generated so far (llama-server's per-request lines)
         self.draft_generated = 0
+        self.context_shift = kind == "chat"  # --context-shift; False when llama-server said it cannot shift here
+        self.n_ctx_slot: int | None = None  # each slot's context as llama-server reported it (n_ctx padded to 256s)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -271,33 +316,43 @@ class Runner:
         """Whether this runner's child takes images (it was started with ``--mmproj``)."""
         return self._own() and self.config.mmproj is not None
 
+    @property
+    def slot_ctx(self) -> int:
+        """Tokens a slot holds: what llama-server reported (``n_ctx_slot``: llama.cpp pads the
+        context to a multiple of 256, so num_ctx 128 holds 256), else ``n_ctx``. A prompt fits
+        when it is shorter than this; the context shift happens when a generation fills it."""
+        return self.n_ctx_slot or self.n_ctx
+
     def loaded_since(self, t0: float) -> float:
         """Seconds this runner took to load if it (re)started after ``t0`` (a request's
         monotonic start: a load on demand, a reload or a restart the request waited for),
         else 0: Ollama's ``load_duration``."""
         return self.load_seconds if self.ready_at >= t0 else 0.0
 
-    def effective(self, option: str) -> Any:
+    def effective(self, option: str, load: LoadParams | None = None, n_ctx: int | None = None) -> Any:
         """The value of an Ollama load-time option (:data:`LOAD_OPTIONS`) this runner runs
-        with: num_ctx per slot; num_batch as llama.cpp clamps ``-b`` (at most the whole
-        context; an embeddings child's is its context); num_thread as ``-t`` or as the child
-        logged it (None before it started); num_gpu as layers offloaded (:func:`_layers`);
-        f16_kv true only for f16 K and V; num_gqa from the model; main_gpu 0; the rest False."""
+        with (or would run with, loaded with ``load`` and ``n_ctx`` tokens per slot): num_ctx
+        per slot; num_batch as llama.cpp clamps ``-b`` (at most the whole context; an embeddings
+        child's is its context); num_thread as ``-t`` or as a child started without it logged
+        it (None before one did); num_gpu as layers offloaded (:func:`_layers`); f16_kv true
+        only for f16 K and V; num_gqa from the model; main_gpu 0; the rest False."""
         s = self.config.settings
+        load = self.load if load is None else load
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
         if option == "num_ctx":
-            return self.n_ctx
+            return n_ctx
         if option == "num_batch":
             if self.kind == "embed":
-                return self.n_ctx
-            return min(self.load.n_batch or LLAMA_DEFAULT_N_BATCH, self.n_ctx * s.num_parallel)
+                return n_ctx
+            return min(load.n_batch or LLAMA_DEFAULT_N_BATCH, n_ctx * s.num_parallel)
         if option == "num_thread":
-            return self.load.n_threads or (self.child.n_threads if self.child else None)
+            return load.n_threads or self.auto_threads
         if option == "num_gpu":
-            if self.load.n_gpu_layers is None:  # auto: what the child reported, when a device holds any
+            if load.n_gpu_layers is None:  # auto: what the child reported, when a device holds any
                 return (self.offloaded or 0) if self.on_device else 0
-            return _layers(self.load.n_gpu_layers, self.model.n_layer())
+            return _layers(load.n_gpu_layers, self.model.n_layer())
         if option == "use_mmap":
-            return self.load.use_mmap
+            return load.use_mmap
         if option == "f16_kv":
             return s.cache_type_k == "f16" and s.cache_type_v == "f16"
         if option == "num_gqa":
@@ -319,6 +374,10 @@ class Runner:
         if m := _DRAFT_LINE.search(line):
             self.draft_accepted += int(m.group(1))
             self.draft_generated += int(m.group(2))
+        if m := re.search(r"n_ctx_slot = (\d+)", line):  # the slot's real context: llama.cpp pads n_ctx to 256s
+            self.n_ctx_slot = int(m.group(1))
+        if "ctx_shift is not supported" in line:  # llama-server turns the shift off for this model/cache
+            self.context_shift = False
         if _PLACEMENT_LINE.search(line):
             self.load_lines.append(line)
             if m := re.search(r"offloaded (\d+)/(\d+) layers", line):
@@ -329,8 +388,15 @@ class Runner:
         parts = line.split(" ", 2)
         level = parts[1] if len(parts) > 2 and len(parts[1]) == 1 else "I"
         name = f"{self.model.name}{'/embed' if self.kind == 'embed' else ''}"
-        if level == "E":
+        if level == "E" and "exceeds the available context size" in line:
+            # a prompt longer than the context, a client's error: the Ollama routes then truncate it and say so
+            # (routes_ollama.fit_messages); the OpenAI routes pass the 400 on, as llama-server does
+            log.info("[llama-server %s] %s", name, line)
+        elif level == "E":
             log.error("[llama-server %s] %s", name, line)
+        elif "slot context shift" in line:  # a generation reached the end of its context and goes on (as Ollama)
+            log.info("[llama-server %s] %s (the context was full: the oldest tokens after n_keep were dropped and "
+                     "generation goes on)", name, line)
         elif (level == "W" and " slot " not in line) or self.config.verbose:  # per-request slot notes: -v
             log.info("[llama-server %s] %s", name, line)
         else:
@@ -347,6 +413,7 @@ class Runner:
             raise
         await self._check_workers()
         self.load_lines, self.offloaded, self.on_device = [], None, False
+        self.context_shift, self.n_ctx_slot = self.kind == "chat", None
         child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
@@ -357,6 +424,8 @@ class Runner:
             raise
         self.ready_at = time.monotonic()
         self.load_seconds = self.ready_at - t0
+        if spec.n_threads is None and child.n_threads:
+            self.auto_threads = child.n_threads
         if self.kind == "chat" and (warning := training_context_warning(self.n_ctx, self.model.n_ctx_train())):
             # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
             log.warning("%s: %s", self.model.name, warning)
@@ -367,11 +436,19 @@ class Runner:
                         "(/api/chat, /v1/chat/completions, /api/generate without raw) are formatted as "
                         "llama-server's ChatML fallback, which this model may not follow; for a base model "
                         "send plain text (/v1/completions, or /api/generate with raw: true)", self.model.name)
+        if self.kind == "chat" and not self.context_shift:
+            log.warning("%s: llama-server cannot shift this model's context (it said so: ctx_shift is not supported), "
+                        "so a generation that reaches the end of num_ctx %d stops there (done_reason length), where "
+                        "Ollama would go on", self.model.name, self.n_ctx)
         self.client = _child_session(child.base_url, self.config.settings.num_parallel)
         self.state, self.error = "ready", None
         what = "embeddings" if self.kind == "embed" else f"{self.config.settings.num_parallel} slot(s) of {self.n_ctx} tokens"
         log.info("llama-server for %s ready in %.2f s (pid %d, port %d, %s)", self.model.name, self.load_seconds,
                  child.pid, child.port, what)
+        self.starts += 1
+        if self.kind == "chat" and (self.starts > 1 or self.model.path != self.config.model_path):
+            for line in self.kv_lines():  # the startup summary says them for the first load of the default model
+                log.info("%s: %s", self.model.name, line)
         self._watch = asyncio.create_task(self._supervise(child))
 
     async def _check_workers(self) -> None:
@@ -426,16 +503,57 @@ class Runner:
             client, self.client = self.client, None
             await client.close()
 
-    async def stop(self) -> None:
-        """Stop the child (waits for nothing: callers drain requests first)."""
+    async def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Stop the child: SIGTERM, SIGKILL after ``grace`` seconds (waits for no request:
+        callers drain requests first)."""
         child, self.child = self.child, None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
         await self._close_client()
         if child is not None:
-            await child.stop()
+            await child.stop(grace)
         self.state = "stopped"
+
+    def kv_caches(self) -> list:
+        """Each KV cache of the child as llama.cpp reported it at load (tqgguf.runtime.KVCacheInfo:
+        cells per slot, layers, types, MiB, rotation; Gemma-3: the global one, then the
+        sliding-window one); [] before it loaded."""
+        from ..runtime import parse_kv_report
+
+        return parse_kv_report("\n".join(self.load_lines)).caches
+
+    def kv_lines(self) -> list[str]:
+        """The KV caches (:meth:`kv_caches`) and the rotation llama.cpp applied, as serve's log
+        says them: one line per cache, then the rotation (attn_rot_k / attn_rot_v as logged)."""
+        caches = self.kv_caches()
+        if not caches:
+            return []
+        out = []
+        for c in caches:
+            what = ("" if len(caches) == 1 else ", sliding-window layers" if c.swa else ", global layers")
+            streams = f" x {c.n_seq} slots" if c.n_seq > 1 else ""
+            per = " per slot" if c.n_seq > 1 else ""
+            note = (f" (the window: fewer than the {self.n_ctx} tokens of a slot's context)"
+                    if c.swa and c.cells < self.n_ctx else "")
+            out.append(f"KV cache (llama.cpp){what}: K {c.k_type} {c.k_mib:.2f} MiB + V {c.v_type} {c.v_mib:.2f} MiB "
+                       f"= {c.k_mib + c.v_mib:.2f} MiB, {c.cells} cells{per}{streams}{note}, {c.n_layers} layers")
+        rk = any(c.attn_rot_k for c in caches)
+        rv = any(c.attn_rot_v for c in caches)
+        flags = f"attn_rot_k = {int(rk)}, attn_rot_v = {int(rv)}"
+        applied = "K and V" if rk and rv else "K only" if rk else "V only" if rv else ""
+        rule = "llama.cpp rotates a quantized K or V cache whose head dim is a multiple of 64, never f16"
+        if applied:
+            out.append(f"rotation (llama.cpp): {applied} ({flags})" + ("" if rk and rv else f"; {rule}"))
+        else:
+            off = not self.config.settings.attn_rotation
+            out.append(f"rotation (llama.cpp): none ({flags}" + ("; rotation is off)" if off else f"; {rule})"))
+        return out
+
+    def overridden_env(self) -> dict[str, str]:
+        """The LLAMA_ARG_* variables llama-server said a flag of serve's overrides: name -> flag
+        (its own "will be overwritten by command line argument" warning at load)."""
+        return {m.group(1): m.group(2) for m in map(_OVERRIDDEN_ENV.search, self.load_lines) if m}
 
     def status(self) -> dict[str, Any]:
         c = self.child
@@ -460,7 +578,7 @@ class Manager:
     def __init__(self, config: ServeConfig, resolve: Callable[[str], Path] | None = None):
         self.config = config
         self.settings = config.settings
-        self.default = ModelFile(config.alias, config.model_path)
+        self.default = ModelFile(config.alias, config.model_path, ollama=_ollama_entry(config.alias, config.model_path))
         self.models: dict[str, ModelFile] = {str(config.model_path): self.default}
         self.runners: dict[tuple[str, str], Runner] = {}
         self._resolve = resolve or _resolve_local
@@ -470,6 +588,7 @@ class Manager:
         self._has_gpu: bool | None = None
         self.shutting_down = False  # set by begin_shutdown: no new requests
         self._cut_timer: asyncio.TimerHandle | None = None
+        self._stopping: asyncio.Future | None = None  # shutdown()'s stop of every child
 
     # -- shutdown ----------------------------------------------------------------------
 
@@ -478,7 +597,9 @@ class Manager:
         requests (Unavailable, a 503), let the running ones finish for ``grace`` seconds, then
         cut those still running by closing the connections to the children, so each ends
         with the API's error (a final error event or line once streaming) instead of a
-        silent cut. :meth:`shutdown` stops the children afterwards."""
+        silent cut, and stop the children (:data:`SHUTDOWN_STOP_S`): the process then ends
+        within about ``grace`` + 0.5 s, however busy the children are. With no request running,
+        :meth:`shutdown` stops them at once."""
         if self.shutting_down:
             return
         self.shutting_down = True
@@ -491,6 +612,7 @@ class Manager:
     async def _cut(self, grace: float, why: str) -> None:
         running = [r for r in self.runners.values() if r.active]
         if not running:
+            await self.shutdown()
             return
         log.warning("shutting down: cutting %d request(s) still running %.0f s after %s", sum(r.active for r in running),
                     grace, why)
@@ -502,6 +624,10 @@ class Manager:
                 resp.content.set_exception(aiohttp.ClientConnectionError(r.cut_reason))
                 resp.close()
             await r._close_client()  # requests waiting for a whole answer fail with ClientError
+        # a child busy with long prefills ignores SIGTERM until its batches are done: killed after
+        # SHUTDOWN_STOP_S, so that the process ends on time (uvicorn waits for the cut requests'
+        # answers, then the lifespan's shutdown finds the children stopped)
+        await self.shutdown()
 
     # -- names -------------------------------------------------------------------------
 
@@ -517,11 +643,17 @@ class Manager:
             # clients name models; they do not pick files on the server's disk
             raise ModelNotFound(f"model '{name}' not found; served: {', '.join(m.name for m in self.models.values())}; "
                                 "others by their `tqgguf models list` name")
+        found = _lookup(name.strip())
+        if found is not None:  # a downloaded registry model, a copy, or a model in Ollama's store
+            key = str(found.path)
+            if key not in self.models:
+                self.models[key] = ModelFile(found.name, found.path, ollama=found.ollama)
+            return self.models[key]
         path = self._resolve(name.strip())
         key = str(path)
         if key not in self.models:
             alias = name.strip().lower().removesuffix(":latest") if not Path(name).expanduser().is_file() else path.stem
-            self.models[key] = ModelFile(alias, path)
+            self.models[key] = ModelFile(alias, path, ollama=_ollama_entry(name, path))
         return self.models[key]
 
     def vision(self, model: ModelFile) -> bool:
@@ -556,12 +688,15 @@ class Manager:
 
     async def runner(self, model: ModelFile, kind: str = "chat", num_ctx: int | None = None,
                      load: dict[str, Any] | None = None) -> tuple[Runner, bool]:
-        """The ready runner for ``model``/``kind``, started (or reloaded with the context
-        ``num_ctx`` asks for when it differs from the loaded one, larger or smaller, as Ollama's
-        scheduler does; an embeddings child is started with at least the configured context and
-        not reloaded for it; or with the load-time options ``load`` asks for, see
-        :meth:`plan_load`) if needed; returns (runner, reloaded for this request), and
-        ``runner.reload_reason`` says what the reload changed.
+        """The ready runner for ``model``/``kind``, started if needed, or reloaded when the
+        request's effective load differs from the loaded one, as Ollama's scheduler does
+        (``needsReload``: it fills the options a request leaves out with the defaults, then
+        compares): the context is ``num_ctx`` per slot, else serve's ``-c``, larger or smaller;
+        the load-time options are ``load``'s, else serve's settings (:meth:`plan_load`). So a
+        model reloaded for one request's options gets serve's settings back with the next
+        request that leaves them out. An embeddings child is started with at least the
+        configured context and not reloaded for it. Returns (runner, reloaded for this
+        request); ``runner.reload_reason`` says what the reload changed.
 
         Raises ContextTooLarge, LoadOptionRefused, Unavailable (its failure message), ChildError.
         """
@@ -576,6 +711,7 @@ class Manager:
         async with self._lock:  # only the lookup: a model loading does not hold up the others
             r = self.runners.get(key)
             if r is None:
+                check_model(model)
                 await self._make_room(model)
                 n_ctx = (num_ctx or self.settings.context_length) if kind == "chat" else \
                     max(self.settings.context_length, num_ctx or 0)
@@ -584,15 +720,17 @@ class Manager:
                 fresh = True
         reloaded = False
         async with r.lock:  # requests for this model wait here while it loads or reloads
+            # as Ollama's scheduler (needsReload): any num_ctx that differs from the loaded one
+            # reloads, a smaller one too, and so does leaving it out after a request that set one
+            # (serve's -c is the default); an embeddings child keeps its context (inputs are cut to fit)
+            n_ctx = (num_ctx or self.settings.context_length) if kind == "chat" else r.n_ctx
             try:
-                params, changes = await self.plan_load(r, load or {})
+                params, changes = await self.plan_load(r, load or {}, n_ctx=n_ctx)
             except LoadOptionRefused:
                 if fresh and self.runners.get(key) is r:
                     del self.runners[key]
                 raise
-            # as Ollama's scheduler (needsReload): any num_ctx that differs from the loaded one
-            # reloads, a smaller one too; an embeddings child keeps its context (inputs are cut to fit)
-            resize = num_ctx is not None and num_ctx != r.n_ctx and kind == "chat"
+            resize = n_ctx != r.n_ctx
             if fresh:
                 r.load = params
                 try:
@@ -605,18 +743,21 @@ class Manager:
                 if num_ctx and r.n_ctx != self.settings.context_length:
                     changes.insert(0, f"num_ctx {r.n_ctx}")
                 reloaded = bool(changes)
-            elif (resize or changes) and r.state == "ready":
-                if resize:
-                    changes.insert(0, f"num_ctx {num_ctx}")
+            elif (resize or params != r.load) and r.state == "ready":
                 was = [f"num_ctx {r.n_ctx}"] if resize else []
-                log.info("reloading %s with %s (was %s): waiting for %d request(s) to finish", model.name,
-                         ", ".join(changes), ", ".join(was + [f"{c.split()[0]} {json.dumps(r.effective(c.split()[0]))}"
-                                                             for c in changes if not c.startswith("num_ctx")]),
+                was += [f"{c.split()[0]} {_shown(r.effective(c.split()[0]))}" for c in changes]
+                if resize:
+                    changes.insert(0, f"num_ctx {n_ctx}")
+                back = (["num_ctx"] if resize and num_ctx is None else []) + \
+                    [c.split()[0] for c in changes
+                     if not c.startswith("num_ctx ") and self._left_out(c.split()[0], load or {})]
+                log.info("reloading %s with %s (was %s)%s: waiting for %d request(s) to finish", model.name,
+                         ", ".join(changes), ", ".join(was),
+                         f"; serve's settings for {', '.join(back)}, which the request does not set" if back else "",
                          r.active)
                 await r.idle.wait()
                 await r.stop()
-                if resize:
-                    r.n_ctx = num_ctx
+                r.n_ctx = n_ctx
                 r.load = params
                 await r.start()
                 reloaded = True
@@ -630,6 +771,13 @@ class Manager:
             raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
         return r, reloaded
 
+    @staticmethod
+    def _left_out(option: str, opts: dict[str, Any]) -> bool:
+        """Whether a request's options leave ``option`` to serve's setting: not sent, or sent as
+        Ollama's "the server's choice" (``num_gpu`` -1, ``num_thread`` 0)."""
+        v = opts.get(option)
+        return v is None or (option == "num_gpu" and v < 0) or (option == "num_thread" and v == 0)
+
     async def has_gpu(self) -> bool:
         """Whether the llama-server binary lists a GPU device (asked once)."""
         if self._has_gpu is None and self.config.offload is not None and self.config.offload.rpc:
@@ -641,28 +789,38 @@ class Manager:
                 self._has_gpu = False
         return self._has_gpu
 
-    async def plan_load(self, r: Runner, opts: dict[str, Any]) -> tuple[LoadParams, list[str]]:
+    async def plan_load(self, r: Runner, opts: dict[str, Any],
+                        n_ctx: int | None = None) -> tuple[LoadParams, list[str]]:
         """What ``r`` must be loaded with for a request's Ollama load-time options ``opts``
         (names from :data:`LOAD_OPTIONS`, values already type-checked; num_ctx is handled by
-        :meth:`runner`): ``(params, changes)``, where ``changes`` lists each option that
-        differs and reloads, e.g. ``["num_batch 256"]`` (empty: nothing to do).
+        :meth:`runner`, whose context ``n_ctx`` — default: the loaded one — clamps num_batch):
+        ``(params, changes)``. ``params`` is serve's settings (:func:`default_load`) with the
+        options the request sets, so an option it leaves out comes back to serve's setting;
+        ``changes`` lists each option whose value differs from the loaded one, e.g.
+        ``["num_batch 256"]`` (empty: nothing to do).
 
-        As Ollama's scheduler: a value equal to the one the model runs with changes nothing,
-        ``num_gpu`` -1 and ``num_thread`` 0 mean "the server's choice" and change nothing, a
-        different value of a "reload" option reloads the model with it (and it stays loaded
-        that way until a request asks otherwise). Raises LoadOptionRefused for a different
-        value of a "fixed" option, any change of an embeddings child (its batch is its whole
-        context), and GPU layers on a llama-server without a GPU device: the message names
-        the option, the value given and the value the server runs with.
+        As Ollama's scheduler: a value equal to the one serve's settings give is no change,
+        ``num_gpu`` -1 and ``num_thread`` 0 mean "the server's choice" (serve's setting), a
+        different value of a "reload" option reloads the model with it for this request.
+        Raises LoadOptionRefused for a different value of a "fixed" option, any change of an
+        embeddings child (its batch is its whole context), and GPU layers on a llama-server
+        without a GPU device: the message names the option, the value given and the value the
+        server runs with.
         """
-        params, changes = r.load, []
+        base = default_load(self.config)
+        params = base
         s = self.settings
         for k, v in opts.items():
             policy = LOAD_OPTIONS[k][0]
             if policy == "context" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
                 continue
-            have = r.effective(k)
-            if (_layers(v, r.model.n_layer()) if k == "num_gpu" else v) == have:
+            want = _layers(v, r.model.n_layer()) if k == "num_gpu" else v
+            if policy == "reload" and r.kind == "chat":  # an embeddings child's batch is its context: compared below
+                with_v = dataclasses.replace(params, **{_LOAD_FIELD[k]: v})
+                if r.effective(k, with_v, n_ctx) == r.effective(k, base, n_ctx):
+                    continue  # what serve's settings give anyway (-b clamped to the context, ...)
+            have = r.effective(k, base, n_ctx)
+            if want == have:
                 continue
             given = f"options.{k} {json.dumps(v)}: this server runs {r.model.name} with {k} {json.dumps(have)}"
             if policy == "fixed":
@@ -676,10 +834,12 @@ class Manager:
                 raise LoadOptionRefused(k, f"{given}: {self.config.llama_server} lists no GPU device (built for "
                                            "the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it), so no "
                                            "layer can be offloaded; send 0 or leave it out")
-            field_name = {"num_batch": "n_batch", "num_thread": "n_threads", "num_gpu": "n_gpu_layers",
-                          "use_mmap": "use_mmap"}[k]
-            params = dataclasses.replace(params, **{field_name: v})
-            changes.append(f"{k} {json.dumps(v)}")
+            params = dataclasses.replace(params, **{_LOAD_FIELD[k]: v})
+        # what differs from the loaded model: the options the request sets first, in its order,
+        # then those it leaves to serve's settings
+        order = [k for k in opts if k in _LOAD_FIELD] + [k for k in _LOAD_FIELD if k not in opts]
+        changes = [f"{k} {_shown(r.effective(k, params, n_ctx))}" for k in order
+                   if getattr(params, _LOAD_FIELD[k]) != getattr(r.load, _LOAD_FIELD[k])]
         return params, changes
 
     async def _make_room(self, model: ModelFile) -> None:
@@ -754,27 +914,62 @@ class Manager:
 
     async def start(self) -> Runner:
         """Load the default model (startup). Raises ChildError with llama-server's message."""
-        r, _ = await self.runner(self.default)
+        n_ctx = self.default.params().get("num_ctx")  # an Ollama model's PARAMETER num_ctx, as requests will ask
+        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+            n_ctx = max(min(n_ctx, self.max_context(self.default)), MIN_CONTEXT)
+            log.info("%s: num_ctx %d from its Ollama parameters (the model's Modelfile PARAMETER num_ctx), as "
+                     "requests without options.num_ctx will ask", self.default.name, n_ctx)
+        else:
+            n_ctx = None
+        r, _ = await self.runner(self.default, num_ctx=n_ctx)
         ka = self.settings.keep_alive
         r.expires_at = None if ka < 0 else time.monotonic() + ka
         self._reaper = asyncio.create_task(self.reap())
         return r
 
     async def shutdown(self) -> None:
-        """Stop every child."""
+        """Stop every child, all at once: SIGTERM, SIGKILL after :data:`SHUTDOWN_STOP_S`
+        (serve is ending; its requests have been answered or cut)."""
         if self._cut_timer is not None:
             self._cut_timer.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
-        for r in list(self.runners.values()):
-            await r.stop()
-        self.runners.clear()
+        if self._stopping is None:  # once; a later call (the lifespan's, serve's own) waits for the same
+            runners = list(self.runners.values())
+            self.runners.clear()
+            self._stopping = asyncio.ensure_future(asyncio.gather(*(r.stop(SHUTDOWN_STOP_S) for r in runners)))
+        await asyncio.shield(self._stopping)  # a cancelled caller (the cut's task) leaves it running
 
     def kill_all(self) -> None:
         """Synchronous last resort: SIGKILL every child."""
         for r in self.runners.values():
             if r.child is not None:
                 r.child.kill_now()
+
+
+def _lookup(name: str):
+    """tqgguf.models.lookup, a store that cannot be read counting as no match (the resolver
+    then says what is known)."""
+    from ..models import ModelError, lookup
+
+    try:
+        return lookup(name)
+    except (ModelError, OSError) as e:
+        raise ModelNotFound(f"model '{name}' cannot be served: {e}") from None
+
+
+def _ollama_entry(name: str, path: Path):
+    """The Ollama store entry of a model served as ``name`` from ``path`` (by name, else by
+    blob), or None: where its parameters and system prompt come from."""
+    from .. import ollama_store
+
+    try:
+        m = ollama_store.find(name)
+        if m is not None and m.gguf.resolve() == Path(path).resolve():
+            return m
+        return ollama_store.find_by_blob(Path(path))
+    except (ollama_store.OllamaStoreError, OSError):
+        return None
 
 
 def _resolve_local(name: str) -> Path:
