@@ -64,3 +64,74 @@ def tiny_llama_gguf(path: Path, *, head_dim: int = 32, n_head: int = 2, n_layer:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def tiny_mmproj_gguf(path: Path, *, n_embd_text: int, image_size: int = 32, patch_size: int = 8, n_embd: int = 64,
+                     n_head: int = 4, n_layer: int = 2, n_ff: int = 96, seed: int = 0) -> Path:
+    """Write a LLaVA-style vision projector GGUF (``clip.projector_type`` "mlp": a CLIP ViT
+    encoder, then ``mm.0`` -> GELU -> ``mm.2`` into the text model's embedding) with f32
+    random weights, as llama.cpp's mtmd (tools/mtmd/clip.cpp) loads it: the keys its
+    ``load_hparams`` requires (``clip.vision.*``: embedding_length, head_count,
+    feed_forward_length, block_count, projection_dim, attention.layer_norm_epsilon,
+    image_size, patch_size, image_mean, image_std; ``clip.has_vision_encoder``) and the
+    tensors ``load_tensors`` and the llava graph read (``v.patch_embd``, ``v.position_embd``,
+    per block ``ln1``/``ln2``, ``attn_q/k/v/out``, ``ffn_up/down``; ``mm.0``, ``mm.2``).
+
+    n_embd_text: the text model's ``n_embd`` (mtmd refuses a projector whose output width
+    differs); an image becomes (image_size / patch_size)**2 embeddings (16 by default), the
+    image tokens it adds to a prompt. The llava graph runs blocks 0 .. n_layer-2 (its
+    feature layer is the second to last), so n_layer must be at least 2 for any block to
+    run. The answers of a model with this projector are meaningless; its path is real.
+    """
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    n_pos = (image_size // patch_size) ** 2
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_name("tqgguf-test-mmproj")
+    w.add_string("clip.projector_type", "mlp")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", image_size)
+    w.add_uint32("clip.vision.patch_size", patch_size)
+    w.add_uint32("clip.vision.embedding_length", n_embd)
+    w.add_uint32("clip.vision.feed_forward_length", n_ff)
+    w.add_uint32("clip.vision.projection_dim", n_embd_text)
+    w.add_uint32("clip.vision.attention.head_count", n_head)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
+    w.add_uint32("clip.vision.block_count", n_layer)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    def t(name, *shape, scale=0.02):  # numpy shapes are ggml's ne reversed: (out, in) for a matmul weight
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def ones(name, n):
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    def zeros(name, n):
+        w.add_tensor(name, np.zeros(n, dtype=np.float32))
+
+    t("v.patch_embd.weight", n_embd, 3, patch_size, patch_size)
+    zeros("v.patch_embd.bias", n_embd)
+    t("v.position_embd.weight", n_pos, n_embd)
+    for i in range(n_layer):
+        for ln in ("ln1", "ln2"):
+            ones(f"v.blk.{i}.{ln}.weight", n_embd)
+            zeros(f"v.blk.{i}.{ln}.bias", n_embd)
+        for a in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            t(f"v.blk.{i}.{a}.weight", n_embd, n_embd)
+            zeros(f"v.blk.{i}.{a}.bias", n_embd)
+        t(f"v.blk.{i}.ffn_up.weight", n_ff, n_embd)
+        zeros(f"v.blk.{i}.ffn_up.bias", n_ff)
+        t(f"v.blk.{i}.ffn_down.weight", n_embd, n_ff)
+        zeros(f"v.blk.{i}.ffn_down.bias", n_embd)
+    t("mm.0.weight", n_embd_text, n_embd)
+    zeros("mm.0.bias", n_embd_text)
+    t("mm.2.weight", n_embd_text, n_embd_text)
+    zeros("mm.2.bias", n_embd_text)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -37,7 +37,8 @@ from .fsutil import cache_dir
 from .kvplan import PLAN_FORMS, is_plan_file, parse_boundary, parse_map, parse_pair
 from .values import (HOST_ALLOWED, format_duration, format_size, parse_bool, parse_cache_type, parse_duration, parse_endpoints,
                      parse_flash_attention, parse_gpu_layers, parse_host, parse_int, parse_k_center_setting,
-                     parse_origins, parse_port, parse_size, parse_split_mode, parse_tensor_split)
+                     parse_origins, parse_port, parse_size, parse_spec_type, parse_split_mode, parse_tensor_split,
+                     SPEC_TYPES, SPEC_TYPES_WITH_DRAFT)
 from .variables import VARIABLES, closest_variable, unknown_variables
 
 DEFAULT_HOST = "127.0.0.1"
@@ -245,6 +246,21 @@ def _models_dir(value: Any) -> Path:
     return p
 
 
+def _draft_model(value: Any) -> str:
+    s = str(value).strip()
+    if not s:
+        return UNSET  # type: ignore[return-value]
+    return s
+
+
+def _mmproj(value: Any) -> Path:
+    p = Path(os.path.expanduser(str(value).strip()))
+    if not p.is_file():
+        raise ValueError("is not a file; allowed: the path of a multimodal projector GGUF (mmproj-*.gguf, "
+                         "general.architecture clip)")
+    return p
+
+
 @dataclass(frozen=True)
 class Var:
     """How one setting is read: ``flags`` are (override key, flag text) pairs, highest
@@ -357,15 +373,39 @@ class Settings(BaseModel):
                                           _max_loaded_models)] = Field(
         3, description="models serve keeps loaded at once; the least recently used idle one unloads for another "
                        f"(0 = auto, as Ollama: {MODELS_PER_GPU} per GPU, {MODELS_PER_GPU} on the CPU)")
-    # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
-    # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
-    # embedding batches (no images are served) while bounding what one request may hold in memory
     origins: Annotated[tuple[str, ...], Var((), ("TQGGUF_ORIGINS", "OLLAMA_ORIGINS"), parse_origins)] = Field(
         (), description="browser origins serve allows besides Ollama's defaults (localhost, 127.0.0.1, 0.0.0.0 with "
                         "any port; app://, file://, tauri://, vscode-webview://, vscode-file://); '*' = every origin")
+    # 32 MiB: a 128k-token prompt is ~0.5 MB of text (~4 bytes a token), ~1 MB as escaped JSON or as
+    # /api/generate's context of token ids; 32 MiB leaves 30x that for chat histories, tool schemas and
+    # embedding batches and a few images (a base64 photo of 1 MP is ~0.3-1 MB) while bounding what one request may hold
     max_request_body: Annotated[int, Var((), ("TQGGUF_MAX_REQUEST_BODY",), parse_size)] = Field(
         32 << 20, description="largest request body serve accepts, in bytes (larger: 413, read no further)")
 
+    # speculative decoding and vision (serve): llama-server's -md, -ctkd, -ctvd, --spec-draft-n-max/-min,
+    # -ngld, --spec-type, --mmproj
+    draft_model: Annotated[str | None, Var((("draft_model", "-md"),), ("TQGGUF_DRAFT_MODEL",), _draft_model)] = Field(
+        None, description="draft model for speculative decoding: a GGUF path or a model name (unset: none)")
+    cache_type_k_draft: Annotated[str, Var((("cache_type_k_draft", "-ctkd"),), ("TQGGUF_KV_CACHE_TYPE_K_DRAFT",),
+                                           parse_cache_type)] = Field(
+        "f16", description="K cache type of the draft model (ggml name)")
+    cache_type_v_draft: Annotated[str, Var((("cache_type_v_draft", "-ctvd"),), ("TQGGUF_KV_CACHE_TYPE_V_DRAFT",),
+                                           parse_cache_type)] = Field(
+        "f16", description="V cache type of the draft model (ggml name); a quantized V needs flash attention")
+    draft_max: Annotated[int | None, Var((("draft_max", "--spec-draft-n-max"),), ("TQGGUF_DRAFT_MAX",),
+                                         lambda v: parse_int(v, 0, 1024))] = Field(
+        None, description="most tokens the draft proposes per step (unset: llama-server's default, 3)")
+    draft_min: Annotated[int | None, Var((("draft_min", "--spec-draft-n-min"),), ("TQGGUF_DRAFT_MIN",),
+                                         lambda v: parse_int(v, 0, 1024))] = Field(
+        None, description="fewest draft tokens worth verifying (unset: llama-server's default, 0)")
+    n_gpu_layers_draft: Annotated[str | None, Var((("n_gpu_layers_draft", "-ngld"),), ("TQGGUF_N_GPU_LAYERS_DRAFT",),
+                                                  parse_gpu_layers)] = Field(
+        None, description="draft model layers offloaded: auto, all or a number (unset: as -ngl)")
+    spec_type: Annotated[str | None, Var((("spec_type", "--spec-type"),), ("TQGGUF_SPEC_TYPE",), parse_spec_type)] = Field(
+        None, description="speculative decoding types, a comma list of " + ", ".join(SPEC_TYPES)
+                          + " (unset: draft-simple with a draft model, else none)")
+    mmproj: Annotated[Path | None, Var((("mmproj", "--mmproj"),), ("TQGGUF_MMPROJ",), _mmproj)] = Field(
+        None, description="multimodal projector GGUF of the served model, for images (unset: text only)")
     body_timeout: Annotated[float, Var((), ("TQGGUF_BODY_TIMEOUT",), _body_timeout)] = Field(
         DEFAULT_BODY_TIMEOUT_S, description="longest wait for the next part of a request body (a client that declared "
                                             "more than it sends: 408, connection closed; 0 = no limit, as Ollama)")
@@ -584,13 +624,31 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
 
 
 def check_settings(settings: Settings) -> None:
-    """Check combinations: ``-fa off`` with a quantized V cache (llama.cpp needs flash
-    attention for it). Raises SettingsError naming where each value came from."""
+    """Check combinations: ``-fa off`` with a quantized V cache, the target's or the draft
+    model's (llama.cpp needs flash attention for it); a ``--spec-type`` that needs a draft
+    model without one, and a draft model no ``--spec-type`` uses. Raises SettingsError
+    naming where each value came from."""
     if flash_attn_conflict(settings.flash_attention, settings.cache_type_v):
         fa_src, v_src = settings.source("flash_attention"), settings.source("cache_type_v")
         raise SettingsError([
             f"flash attention is off (from {fa_src.describe()}) but the V cache type "
             f"{settings.cache_type_v} (from {v_src.describe()}) is quantized; {FLASH_ATTN_RULE}"])
+    if settings.draft_model and flash_attn_conflict(settings.flash_attention, settings.cache_type_v_draft):
+        fa_src, v_src = settings.source("flash_attention"), settings.source("cache_type_v_draft")
+        raise SettingsError([
+            f"flash attention is off (from {fa_src.describe()}) but the draft model's V cache type "
+            f"{settings.cache_type_v_draft} (from {v_src.describe()}) is quantized; {FLASH_ATTN_RULE} (-ctvd)"])
+    spec = settings.spec_type.split(",") if settings.spec_type else []
+    needs = [t for t in spec if t in SPEC_TYPES_WITH_DRAFT]
+    if needs and not settings.draft_model:
+        raise SettingsError([f"--spec-type {settings.spec_type} (from {settings.source('spec_type').describe()}): "
+                             f"{needs[0]} needs a draft model; give one with -md/--model-draft or TQGGUF_DRAFT_MODEL, "
+                             f"or use a type without one (draft-mtp, ngram-*)"])
+    if settings.draft_model and spec and not any(t in SPEC_TYPES_WITH_DRAFT for t in spec):
+        raise SettingsError([f"draft model {settings.draft_model} (from {settings.source('draft_model').describe()}) "
+                             f"with --spec-type {settings.spec_type} (from {settings.source('spec_type').describe()}): "
+                             f"llama-server would load the draft and never use it; add draft-simple (the default "
+                             f"with a draft model) or leave the draft model out"])
 
 
 def settings_report(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:

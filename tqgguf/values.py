@@ -435,3 +435,25 @@ def parse_tensor_split(value: Any) -> tuple[float, ...]:
 def parse_port(value: Any) -> int:
     """A TCP port, 1 to 65535 (ValueError otherwise)."""
     return parse_int(value, 1, 65535)
+
+
+#: llama-server's ``--spec-type`` names in the engine tqgguf builds (``common_speculative_type_to_str``
+#: in llama.cpp's common/speculative.cpp); the ``draft-*`` ones but draft-mtp run a separate draft model.
+SPEC_TYPES: tuple[str, ...] = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+                               "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+#: The --spec-type values that need a draft model (-md); draft-mtp uses the model's own MTP head.
+SPEC_TYPES_WITH_DRAFT: tuple[str, ...] = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+
+
+def parse_spec_type(value: Any) -> str:
+    """A ``--spec-type`` comma list (names from :data:`SPEC_TYPES`, any case) in canonical
+    text: lower case, no spaces, no repeats. Raises ValueError naming the unknown name and
+    what is allowed."""
+    names = [x.strip().lower() for x in str(value).split(",")]
+    for n in names:
+        if n not in SPEC_TYPES:
+            raise ValueError(f"unknown speculative decoding type {n!r}; allowed: a comma list of "
+                             f"{', '.join(SPEC_TYPES)}")
+    if "none" in names and len(names) > 1:
+        raise ValueError("'none' cannot be combined with other types")
+    return ",".join(dict.fromkeys(names))

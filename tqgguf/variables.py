@@ -44,6 +44,15 @@ VARIABLES: dict[str, str] = {
     "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS); "
                                 "0 = auto (3 per GPU, 3 on the CPU, as Ollama)",
     "TQGGUF_MAX_REQUEST_BODY": "largest request body tqgguf serve accepts (32MiB, 64MB, bytes); larger: 413",
+    "TQGGUF_DRAFT_MODEL": "draft model of serve's speculative decoding: a GGUF path or a `tqgguf models list` name (-md)",
+    "TQGGUF_KV_CACHE_TYPE_K_DRAFT": "K cache type of the draft model (-ctkd; default f16, as llama-server's)",
+    "TQGGUF_KV_CACHE_TYPE_V_DRAFT": "V cache type of the draft model (-ctvd; default f16, as llama-server's)",
+    "TQGGUF_DRAFT_MAX": "most tokens the draft model proposes per step (--spec-draft-n-max; default llama-server's, 3)",
+    "TQGGUF_DRAFT_MIN": "fewest draft tokens worth verifying (--spec-draft-n-min; default llama-server's, 0)",
+    "TQGGUF_N_GPU_LAYERS_DRAFT": "draft model layers to offload (-ngld: auto, all, N; default: as -ngl)",
+    "TQGGUF_SPEC_TYPE": "speculative decoding types, a comma list (--spec-type; default draft-simple with a draft model)",
+    "TQGGUF_MMPROJ": "multimodal projector GGUF of serve's model (--mmproj): images on /api/chat, /api/generate and "
+                     "/v1/chat/completions",
     "TQGGUF_BODY_TIMEOUT": "longest wait for the next part of a request body (60s, 5s, 0 = no limit); "
                            "then 408 and the connection closes",
     "OLLAMA_KV_CACHE_TYPE": "Ollama's K and V cache type; used when no TQGGUF_KV_CACHE_TYPE* is set",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..config import setting_help
 from .options import (cache_type_options, flash_attn_option, k_center_option, kv_plan_options, offload_options, offload_overrides,
                       resolve_offload, rotation_option)
 
@@ -46,9 +47,27 @@ def _echo_err(line: str) -> None:
 @click.option("-t", "--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads of llama-server (default: its own, every core).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")
+@click.option("-md", "--model-draft", "draft_model", metavar="MODEL", default=None,
+              help="Draft model for speculative decoding (llama-server's -md): a GGUF path or a `tqgguf models list` "
+                   "name sharing MODEL's vocabulary [env TQGGUF_DRAFT_MODEL].")
+@click.option("-ctkd", "--cache-type-k-draft", "ctkd", metavar="TYPE", default=None,
+              help=setting_help("cache_type_k_draft"))
+@click.option("-ctvd", "--cache-type-v-draft", "ctvd", metavar="TYPE", default=None,
+              help=setting_help("cache_type_v_draft"))
+@click.option("--spec-draft-n-max", "--draft-max", "draft_max", metavar="N", default=None,
+              help=setting_help("draft_max"))
+@click.option("--spec-draft-n-min", "--draft-min", "draft_min", metavar="N", default=None,
+              help=setting_help("draft_min"))
+@click.option("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "ngld", metavar="N", default=None,
+              help=setting_help("n_gpu_layers_draft"))
+@click.option("--spec-type", "spec_type", metavar="TYPES", default=None, help=setting_help("spec_type"))
+@click.option("-mm", "--mmproj", "mmproj", metavar="FILE", default=None,
+              help="Multimodal projector GGUF of MODEL (llama-server's --mmproj): images on /api/chat, /api/generate "
+                   "and /v1/chat/completions [env TQGGUF_MMPROJ].")
 @click.option("-v", "--verbose", is_flag=True, help="Show every line of llama-server's log (default: warnings, errors).")
 def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, kv_boundary, kv_swa, kv_plan, host, port,
-            keep_alive, n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, threads, alias, verbose):
+            keep_alive, n_gpu_layers, rpc, split_mode, tensor_split, main_gpu, device, threads, alias, draft_model, ctkd,
+            ctvd, draft_max, draft_min, ngld, spec_type, mmproj, verbose):
     """Serve MODEL (a GGUF path or a name from `tqgguf models list`) with OpenAI (/v1) and
     Ollama (/api) compatible APIs, through a supervised llama-server child built by
     `tqgguf build` (or TQGGUF_LLAMA_SERVER). -np N slots of -c tokens each, continuously
@@ -58,7 +77,9 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     overrides = {"cache_type_k": ctk, "cache_type_v": ctv, "context_length": ctx, "num_parallel": parallel,
                  "flash_attention": flash_attn, "attn_rotation": rot, "k_center": k_center, "kv_boundary": kv_boundary,
                  "kv_swa": kv_swa, "kv_plan": kv_plan, "host": host, "port": port, "keep_alive": keep_alive,
-                 "max_context": max_ctx,
+                 "max_context": max_ctx, "draft_model": draft_model, "cache_type_k_draft": ctkd,
+                 "cache_type_v_draft": ctvd, "draft_max": draft_max, "draft_min": draft_min, "n_gpu_layers_draft": ngld,
+                 "spec_type": spec_type, "mmproj": mmproj,
                  **offload_overrides(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode, tensor_split=tensor_split,
                                      main_gpu=main_gpu, device=device)}
     try:
@@ -176,6 +197,11 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         alias = path.stem if Path(model).expanduser().is_file() else found.name if found else model.strip().lower()
     from ..kvplan import GGUFReadError
 
+    try:
+        draft = _draft(settings, path)
+        _check_mmproj(settings)
+    except ModelError as e:
+        raise click.ClickException(str(e)) from None
     engine_env_for = _EngineEnv(settings, threads)
     try:
         env = engine_env_for(path)  # the default model's, checked before anything starts
@@ -185,7 +211,8 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.UsageError(str(e)) from None
     config = ServeConfig(model_path=path, alias=alias, settings=settings, llama_server=binary,
                          n_gpu_layers=_ngl(settings.n_gpu_layers), offload=offload, n_threads=threads, verbose=verbose, engine_env=env,
-                         engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path])
+                         engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path], draft=draft,
+                         spec_type=settings.spec_type if draft is None else None, mmproj=settings.mmproj)
     try:
         stopped_by = serve(config, echo=_echo_err)
     except KeyboardInterrupt:  # Ctrl-C before uvicorn took over the signals (e.g. while the model loads)
@@ -197,6 +224,57 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     except (ChildError, RuntimeError) as e:
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
     end_by_signal(stopped_by)  # SIGINT: exit 130; SIGTERM: re-raised, the process ends by it
+
+
+def _draft(settings, model_path: Path):
+    """The draft model's DraftSpec (tqgguf.server.child) for these settings, None without
+    ``-md``. The draft is resolved like MODEL (a path, or a registry name, pulled when
+    missing: ModelError). ``-ngld`` defaults to ``-ngl``'s value. The engine's switches
+    (rotation, K centering, the layer plan) are process-wide in llama-server, so they reach
+    the draft's context too: a layer plan (named layers of MODEL) and a K centering
+    calibration file (MODEL's vectors) are refused with a draft of another file, by name."""
+    from ..models import resolve_model
+    from ..server.child import DraftSpec
+    from ..values import parse_k_center
+
+    if not settings.draft_model:
+        return None
+    dpath = Path(resolve_model(settings.draft_model))
+    src = settings.source("draft_model")
+    plan = next((n for n in ("kv_plan", "kv_boundary", "kv_swa") if getattr(settings, n)), None)
+    if plan is not None:
+        raise click.UsageError(f"the layer plan ({settings.source(plan).describe()}) cannot be used with a "
+                               f"draft model (-md, from {src.describe()}): llama-server applies the layer plan "
+                               "(LLAMA_KV_PLAN) to every context it runs, the draft's too; give the draft's K/V types "
+                               "with -ctkd/-ctvd and leave the layer plan out")
+    if parse_k_center(settings.k_center).mode == "calib" and dpath.resolve() != Path(model_path).resolve():
+        raise click.UsageError(f"--k-center {settings.k_center} (from {settings.source('k_center').describe()}) "
+                               f"cannot be used with the draft model {dpath.name} (from {src.describe()}): the "
+                               "calibration vectors are MODEL's, and llama-server applies them to the draft's "
+                               "context too; use --k-center auto, bias or off")
+    ngld = settings.n_gpu_layers_draft if settings.n_gpu_layers_draft is not None else settings.n_gpu_layers
+    return DraftSpec(model=dpath, ctk=settings.cache_type_k_draft, ctv=settings.cache_type_v_draft,
+                     spec_type=settings.spec_type or "draft-simple", n_gpu_layers=_ngl(ngld),
+                     n_max=settings.draft_max, n_min=settings.draft_min)
+
+
+def _check_mmproj(settings) -> None:
+    """``--mmproj`` must name a projector GGUF (``general.architecture`` "clip", as
+    llama.cpp's convert script writes them); a text model given there is refused by name
+    (llama-server would fail with "failed to load multimodal model")."""
+    from ..server.modelfile import read_gguf_metadata
+
+    if settings.mmproj is None:
+        return
+    src = settings.source("mmproj").describe()
+    try:
+        arch = read_gguf_metadata(settings.mmproj).get("general.architecture")
+    except (OSError, ValueError) as e:
+        raise click.UsageError(f"--mmproj {settings.mmproj} ({src}): cannot be read as a GGUF file: {e}") from None
+    if arch != "clip":
+        raise click.UsageError(f"--mmproj {settings.mmproj} ({src}) is not a multimodal projector: its "
+                               f"general.architecture is {arch!r}, a projector's is 'clip' (an mmproj-*.gguf file "
+                               "published beside a vision model's GGUF)")
 
 
 def _ngl(value: str) -> int | None:

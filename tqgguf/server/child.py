@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -43,6 +44,12 @@ STOP_GRACE_S = 10.0
 #: 30 s after SIGTERM), which held the shutdown for the whole STOP_GRACE_S. Nothing is lost by
 #: killing it then: its requests have been answered with the shutdown's error.
 SHUTDOWN_STOP_S = 0.5
+
+#: The media marker of every child started with ``--mmproj`` (``LLAMA_MEDIA_MARKER`` in its
+#: environment; llama-server's own is random per process): where a ``/completion`` prompt
+#: object's text puts each image of its ``multimodal_data``. Random per tqgguf process, as
+#: llama-server's, so that a prompt cannot contain it by chance.
+MEDIA_MARKER = f"<__media_{secrets.token_hex(8)}__>"
 
 #: llama-server's ``-b`` when none is given (``common_params::n_batch``, llama.cpp common/common.h);
 #: the context clamps it (``cparams.n_batch = min(n_ctx, n_batch)``, src/llama-context.cpp).
@@ -97,6 +104,38 @@ class ChildError(RuntimeError):
     """llama-server did not start or died; the message carries its last log lines."""
 
 
+@dataclass(frozen=True)
+class DraftSpec:
+    """The draft model of a child's speculative decoding, as llama-server's flags take it.
+
+    model: GGUF path (``-md``); ctk/ctv: its K/V cache types (``-ctkd``/``-ctvd``, ggml
+    names, turbo types included); spec_type: ``--spec-type`` (a comma list, e.g.
+    "draft-simple": llama-server loads a ``-md`` model but drafts with it only when a
+    draft type is named); n_gpu_layers: ``-ngld`` (-1: all; None: not passed, llama-server's
+    auto); n_max/n_min: ``--spec-draft-n-max``/``--spec-draft-n-min`` (None: llama-server's
+    defaults, 3 and 0).
+    """
+
+    model: Path
+    ctk: str = "f16"
+    ctv: str = "f16"
+    spec_type: str = "draft-simple"
+    n_gpu_layers: int | None = None
+    n_max: int | None = None
+    n_min: int | None = None
+
+    def argv(self) -> list[str]:
+        """The flags for llama-server."""
+        a = ["-md", str(self.model), "-ctkd", self.ctk, "-ctvd", self.ctv, "--spec-type", self.spec_type]
+        if self.n_gpu_layers is not None:
+            a += ["-ngld", "all" if self.n_gpu_layers < 0 else str(self.n_gpu_layers)]
+        if self.n_max is not None:
+            a += ["--spec-draft-n-max", str(self.n_max)]
+        if self.n_min is not None:
+            a += ["--spec-draft-n-min", str(self.n_min)]
+        return a
+
+
 @dataclass
 class ChildSpec:
     """What one llama-server child runs.
@@ -112,7 +151,10 @@ class ChildSpec:
     an embeddings-only child (``--embeddings``, mean pooling when the model declares none,
     one slot, the whole context in one batch); rerank: an embeddings child of a reranking model
     (``--pooling rank``, which llama-server's rerank routes need); env: variables added to the child's environment (the engine's
-    switches: rotation, K centering); port: the loopback port (0: pick a free one).
+    switches: rotation, K centering); port: the loopback port (0: pick a free one); draft: the draft
+    model of speculative decoding (:class:`DraftSpec`, None: none; never for an embeddings child);
+    spec_type: ``--spec-type`` without a draft model (ngram-*, draft-mtp; None: none); mmproj: the
+    multimodal projector GGUF (``--mmproj``; None: text only; never for an embeddings child).
     """
 
     binary: Path
@@ -133,6 +175,9 @@ class ChildSpec:
     rerank: bool = False
     env: dict[str, str] = field(default_factory=dict)
     port: int = 0
+    draft: DraftSpec | None = None
+    spec_type: str | None = None
+    mmproj: Path | None = None
 
     def argv(self, port: int) -> list[str]:
         """The llama-server command line for ``port`` (flags as llama.cpp names them)."""
@@ -161,6 +206,12 @@ class ChildSpec:
             a += ["--context-shift"]
             if self.n_batch:
                 a += ["-b", str(self.n_batch)]
+            if self.draft is not None:
+                a += self.draft.argv()
+            elif self.spec_type:
+                a += ["--spec-type", self.spec_type]
+            if self.mmproj is not None:
+                a += ["--mmproj", str(self.mmproj)]
         if not self.use_mmap:
             a += ["--no-mmap"]
         if self.n_threads:
@@ -267,6 +318,8 @@ class Child:
         else:
             self.port = free_port()
         env = {**os.environ, **self.spec.env, **CHILD_ENV}
+        if self.spec.mmproj is not None:
+            env["LLAMA_MEDIA_MARKER"] = MEDIA_MARKER
         argv = self.spec.argv(self.port)
         log.debug("starting: %s", " ".join(argv))
         try:

@@ -243,7 +243,8 @@ def _tool_call_to_openai(tc: Any, i: int) -> dict:
 
 def chat_messages(messages: Any) -> list[dict]:
     """Ollama messages -> OpenAI messages for llama-server (tool calls with string
-    arguments and ids, tool results with ``tool_call_id``/``name``). Images are refused."""
+    arguments and ids, tool results with ``tool_call_id``/``name``). A message's ``images``
+    stay as they are, for ``media.attach_images`` to check and turn into content parts."""
     if not isinstance(messages, list):
         raise RequestError(400, "messages must be a list of {role, content} objects")
     out: list[dict] = []
@@ -259,9 +260,9 @@ def chat_messages(messages: Any) -> list[dict]:
             content = ""
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content must be a string")
-        if m.get("images"):
-            raise RequestError(400, "this model does not support images (no vision projector is loaded)")
         msg: dict[str, Any] = {"role": role, "content": content}
+        if m.get("images") is not None:
+            msg["images"] = m["images"]  # left for media.attach_images (checked and translated there)
         if role == "assistant" and m.get("tool_calls"):
             if not isinstance(m["tool_calls"], list):
                 raise RequestError(400, f"messages[{i}].tool_calls must be a list")

@@ -10,6 +10,8 @@ Each generation route holds the model for its request (``Manager.use``: load on 
 through ``proxy``: ``/v1/chat/completions`` for chat (tools, ``format``, thinking),
 ``/apply-template`` + ``/tokenize`` + ``/completion`` for generate (``raw``, ``context``),
 ``/tokenize`` + ``/v1/embeddings`` for the embedding routes.
+Images (``images``; the model needs ``--mmproj``) are translated by ``media``: content parts
+on chat, a ``/completion`` prompt object with the images on generate.
 """
 from __future__ import annotations
 
@@ -27,8 +29,10 @@ import aiohttp
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from . import media
 from . import ollama as ol
 from . import proxy
+from .child import MEDIA_MARKER
 from .dependencies import ManagerDep
 from .errors import json_body
 from .ollama import RequestError
@@ -94,7 +98,8 @@ async def show(request: Request, manager: ManagerDep):
     md = await asyncio.to_thread(m.metadata)
     template = m.chat_template()
     caps = ["completion"] + (["tools"] if ol.supports_tools(template) else []) + \
-        (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else [])
+        (["thinking"] if ol.supports_thinking(template) else []) + (["embedding"] if m.has_pooling() else []) + \
+        (["vision"] if manager.vision(m) else [])  # Ollama's name; clients check it before sending images
     info = {k: v for k, v in md.items() if not k.startswith("tokenizer.chat_template")}
     out = {"license": str(md.get("general.license", "")), "modelfile": f"FROM {m.path}\n", "parameters": "",
            "template": template, "details": m.details(), "model_info": info, "capabilities": caps,
@@ -247,6 +252,7 @@ async def api_chat(request: Request, manager: ManagerDep):
     if model.system() and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": model.system()})  # the model's SYSTEM, as Ollama adds it
     truncate, shift = _flag(body, "truncate"), _flag(body, "shift")
+    media.attach_images(messages, manager.vision(model), name)
     payload: dict[str, Any] = {"messages": messages, **sampling}
     payload.update(ol.think_fields(body, name, model.chat_template()))
     payload.update(ol.logprob_fields(body, chat=True))
@@ -399,8 +405,7 @@ async def api_generate(request: Request, manager: ManagerDep):
         raise RequestError(400, "prompt must be a string")
     for f, why in (("template", "custom Go templates are not supported; the model's own chat template is used "
                                 "(or send raw: true with a formatted prompt)"),
-                   ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve"),
-                   ("images", "this model does not support images (no vision projector is loaded)")):
+                   ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve")):
         if body.get(f):
             raise RequestError(400, f"{f}: {why}")
     context = body.get("context") or []
@@ -410,6 +415,12 @@ async def api_generate(request: Request, manager: ManagerDep):
     model = manager.find(name)
     sampling, load = request_options(body, model, manager)
     truncate, shift = _flag(body, "truncate"), _flag(body, "shift")
+    if body.get("images") and not manager.vision(model):
+        raise media.no_projector(name)
+    imgs = media.images(body.get("images"), "images")
+    if imgs and context:
+        raise RequestError(400, "context cannot be combined with images: an image's embeddings are not tokens that "
+                                "a context can carry; send the conversation to /api/chat with its images instead")
     think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
     # /completion gives the raw text, tags included: split it here (llama-server parses
     # reasoning on its chat endpoint only)
@@ -421,27 +432,33 @@ async def api_generate(request: Request, manager: ManagerDep):
     headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
     load_s = r.loaded_since(t0)
     try:
-        if raw:
-            text = prompt
+        if raw:  # the images go before the prompt, one media marker each
+            text = media.IMAGE_SEPARATOR.join([MEDIA_MARKER] * len(imgs)) + prompt
         else:
             system = body["system"] if isinstance(body.get("system"), str) else model.system()
             msgs = [{"role": "system", "content": system}] if system else []
-            msgs.append({"role": "user", "content": prompt})
+            msgs.append({"role": "user", "content": media.content_parts(prompt, imgs) if imgs else prompt})
             kwargs = {k: v for k, v in think.items() if k == "chat_template_kwargs"}
+            # with image parts, llama-server's template writes a media marker where each image goes
             text = (await proxy.call_ok(r, "/apply-template", {"messages": msgs, **kwargs}))["prompt"]
-        toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
-                                                     "parse_special": True}))["tokens"]
-        full = list(context) + list(toks)
         n_ctx = r.slot_ctx
-        if truncate and len(full) > n_ctx - 1:
-            cut, keep = ol.truncate_tokens(full, n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
-            log.warning("%s: the prompt (%d tokens) is longer than the context (%d tokens%s): truncated to %d tokens as "
-                        "Ollama does, keeping the first %d (num_keep%s) and the latest %d; %d tokens dropped", name,
-                        len(full), n_ctx, _padded(r), len(cut), keep, " + BOS" if model.adds_bos() else "",
-                        len(cut) - keep, len(full) - len(cut))
-            headers["X-Tqgguf-Truncated"] = f"{len(full) - len(cut)} of {len(full)} tokens dropped"
-            full = cut
-        payload: dict[str, Any] = {"prompt": full, "stream": stream, "return_tokens": True, "cache_prompt": True,
+        if imgs:  # a prompt object: its text and the images its markers stand for (no token ids, no context)
+            full = []
+            prompt_field: Any = {"prompt_string": text, "multimodal_data": imgs}
+        else:
+            toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
+                                                         "parse_special": True}))["tokens"]
+            full = list(context) + list(toks)
+            if truncate and len(full) > n_ctx - 1:
+                cut, keep = ol.truncate_tokens(full, n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
+                log.warning("%s: the prompt (%d tokens) is longer than the context (%d tokens%s): truncated to %d tokens as "
+                            "Ollama does, keeping the first %d (num_keep%s) and the latest %d; %d tokens dropped", name,
+                            len(full), n_ctx, _padded(r), len(cut), keep, " + BOS" if model.adds_bos() else "",
+                            len(cut) - keep, len(full) - len(cut))
+                headers["X-Tqgguf-Truncated"] = f"{len(full) - len(cut)} of {len(full)} tokens dropped"
+                full = cut
+            prompt_field = full
+        payload: dict[str, Any] = {"prompt": prompt_field, "stream": stream, "return_tokens": True, "cache_prompt": True,
                                    **sampling, **ol.logprob_fields(body, chat=False)}
         ol.bound_predict(payload, r.n_ctx)
         if not shift:  # stop at the end of the context instead of shifting it
@@ -459,7 +476,7 @@ async def api_generate(request: Request, manager: ManagerDep):
             res["response"] = answer
             return await finish(res, data.get("stop_type"), data.get("timings"),
                                 ol.logprobs_from_native(data.get("completion_probabilities")), t0, load_s,
-                                stack, headers, context=full + list(data.get("tokens") or []))
+                                stack, headers, **({} if imgs else {"context": full + list(data.get("tokens") or [])}))
         resp = await proxy.open_stream(r, "/completion", payload=payload)
     except BaseException:
         await stack.aclose()
@@ -497,7 +514,8 @@ async def api_generate(request: Request, manager: ManagerDep):
                         if splitter is not None and any(held := splitter.finish()):
                             yield piece(*held)
                         final = {"model": name, "created_at": ol.now_rfc3339(), "response": "", "done": True,
-                                 "done_reason": ol.done_reason(ev.get("stop_type")), "context": full + gen,
+                                 "done_reason": ol.done_reason(ev.get("stop_type")),
+                                 **({} if imgs else {"context": full + gen}),
                                  **ol.timings(ev.get("timings"), time.monotonic() - t0, load_s)}
                         yield (json.dumps(final) + "\n").encode()
                         return

@@ -10,7 +10,10 @@ llama-server has them. The ``model`` field picks the model (absent: the one ``se
 started with). The rewrites of the answer: ``/v1/completions`` logprobs, which llama-server
 gives in the chat shape, come back in OpenAI's legacy completions shape
 (:class:`LegacyLogprobs`); plain-JSON tool calls become ``tool_calls`` and a character cut by
-``max_tokens`` is dropped (``openai_api.ChatAnswer``).
+``max_tokens`` is dropped (``openai_api.ChatAnswer``). Images in chat messages (``image_url``
+parts) are refused with a 400 naming ``--mmproj`` for a model served without a projector
+(llama-server answers 500), and two adjacent ones get a separating text part
+(``media.IMAGE_SEPARATOR``, which says why).
 
 The pass-through routes are plain Starlette routes: FastAPI's endpoint layer (parameter
 analysis, dependency solving, response serialisation) does nothing for them but costs CPU
@@ -25,7 +28,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from . import proxy
+from . import media, proxy
 from .dependencies import ManagerDep, manager_of
 from .errors import json_object
 from .modelfile import ModelFile
@@ -118,6 +121,11 @@ async def chat_completions(request: Request) -> Response:
     new, answer = prepare_chat(body, req, model.name, model.chat_template(), manager.settings.num_parallel)
     if new is not None:
         raw, body = json.dumps(new).encode(), new
+    if media.openai_media(body):
+        if not manager.vision(model):  # llama-server answers a 500 for it
+            raise media.no_projector(model.name)
+        if media.separate_media(body):  # adjacent images: see media.IMAGE_SEPARATOR
+            raw = json.dumps(body).encode()
     return await proxy.forward(request, manager, raw, body, "/v1/chat/completions", "chat", answer)
 
 

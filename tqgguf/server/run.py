@@ -93,19 +93,26 @@ def bind_socket(host: str, port: int, source: str = "") -> socket.socket:
 
 
 def gpu_devices_error(config: ServeConfig) -> str | None:
-    """Why ``-ngl`` > 0 cannot be honoured by this llama-server (it lists no GPU device
-    with ``--list-devices``), or None. llama-server itself would quietly run on the CPU."""
-    if config.n_gpu_layers in (0, None) or (config.offload is not None and config.offload.rpc):
+    """Why ``-ngl`` (or the draft model's ``-ngld``) > 0 cannot be honoured by this llama-server
+    (it lists no GPU device with ``--list-devices``), or None. llama-server itself would quietly
+    run on the CPU."""
+    ngl = config.n_gpu_layers
+    if config.draft is not None and config.draft.n_gpu_layers not in (0, None) and ngl in (0, None):
+        ngl, flag = config.draft.n_gpu_layers, "-ngld"  # the draft asks for GPU layers, the model does not
+    else:
+        flag = "-ngl"
+    if ngl in (0, None) or (config.offload is not None and config.offload.rpc):
         return None  # auto, the CPU, or RPC workers (probed when each child starts)
     try:
         if gpu_devices(config.llama_server):
             return None
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot ask {config.llama_server} for its devices: {e}"
-    src = config.settings.source("n_gpu_layers")
-    return (f"-ngl {config.n_gpu_layers} ({'default' if src.kind == 'default' else src.describe()}) asks for GPU layers, but {config.llama_server} lists no GPU device "
+    src = config.settings.source("n_gpu_layers_draft" if flag == "-ngld" else "n_gpu_layers")
+    return (f"{flag} {'all' if ngl < 0 else ngl} ({'default' if src.kind == 'default' else src.describe()}) "
+            f"asks for GPU layers, but {config.llama_server} lists no GPU device "
             "(built for the CPU only, or no driver / CUDA_VISIBLE_DEVICES hides it): build it with "
-            "`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use -ngl 0")
+            f"`tqgguf build --backend cuda`, point TQGGUF_LLAMA_SERVER at a GPU build, or use {flag} 0")
 
 
 def runner_placement(runner: Runner) -> list[str]:
@@ -141,6 +148,32 @@ def runner_placement(runner: Runner) -> list[str]:
     # one device per worker, in --rpc order: RPC0, RPC1, ... (llama.cpp's names for them)
     names = {f"RPC{i}": str(ep) for i, ep in enumerate(parse_endpoints(off.rpc))} if off is not None and off.rpc else {}
     return placement_lines(parse_placement("\n".join(runner.load_lines), layers.n_layer, k, v, cells, names))
+
+
+def media_lines(config: ServeConfig) -> list[str]:
+    """The startup lines for speculative decoding (the draft model, its K/V types, the
+    ``--spec-type``, draft sizes, ``-ngld``) and the vision projector, each value with where
+    it came from; [] when neither is set."""
+    s, src = config.settings, config.settings.source
+    out = []
+    d = config.draft
+    if d is not None:
+        ngld = "auto" if d.n_gpu_layers is None else ("all" if d.n_gpu_layers < 0 else str(d.n_gpu_layers))
+        ngld_src = (f"from {src('n_gpu_layers_draft')}" if s.n_gpu_layers_draft is not None else
+                    f"as -ngl, from {src('n_gpu_layers')}")
+        spec_src = src("spec_type") if s.spec_type else "default with a draft model"
+        n_max = f"{d.n_max} (from {src('draft_max')})" if d.n_max is not None else "3 (llama-server's default)"
+        n_min = f"{d.n_min} (from {src('draft_min')})" if d.n_min is not None else "0 (llama-server's default)"
+        out.append(f"draft model: {d.model} (from {src('draft_model')}): KV cache K {d.ctk} (from "
+                   f"{src('cache_type_k_draft')}), V {d.ctv} (from {src('cache_type_v_draft')}); --spec-type "
+                   f"{d.spec_type} (from {spec_src}); draft tokens at most {n_max}, at least {n_min}; "
+                   f"-ngld {ngld} ({ngld_src})")
+    elif config.spec_type:
+        out.append(f"speculative decoding: --spec-type {config.spec_type} (from {src('spec_type')}), no draft model")
+    if config.mmproj is not None:
+        out.append(f"vision projector: {config.mmproj} (from {src('mmproj')}): images on /api/chat, /api/generate "
+                   "(Ollama's images) and /v1/chat/completions (image_url parts)")
+    return out
 
 
 def _from(src) -> str:
@@ -206,6 +239,7 @@ def startup_summary(config: ServeConfig, manager: Manager, runner: Runner) -> li
                                                     ", every layer on the CPU" if not runner.on_device else ""))
     if config.offload is not None and config.offload.rpc:
         lines.append(f"rpc workers: {config.offload.rpc} (from {src('rpc')}); -sm {config.offload.split_mode}")
+    lines += media_lines(config)
     lines += [f"placement: {x}" for x in runner_placement(runner)]
     overridden = runner.overridden_env()
     for name, value in child_env_args(dict(os.environ)).items():

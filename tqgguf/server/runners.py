@@ -33,8 +33,8 @@ import aiohttp
 
 from ..config import MIN_CONTEXT, Settings
 from ..runtime import training_context_warning
-from .child import (LLAMA_DEFAULT_N_BATCH, SHUTDOWN_STOP_S, STOP_GRACE_S, Child, ChildError, ChildSpec, describe_exit,
-                    gpu_devices)
+from .child import (LLAMA_DEFAULT_N_BATCH, SHUTDOWN_STOP_S, STOP_GRACE_S, Child, ChildError, ChildSpec, DraftSpec,
+                    describe_exit, gpu_devices)
 from .modelfile import POOLING_RANK, ModelFile
 
 log = logging.getLogger("tqgguf.server")
@@ -135,7 +135,12 @@ class ServeConfig:
     load/exit lines); engine_env: the engine variables (LLAMA_*) of the default model's
     child; engine_env_for: the same for any model path (``--k-center auto`` and layer plans
     depend on the model; None: engine_env for every model), raising ValueError for a model
-    the settings do not fit; engine_notes: startup lines saying what was chosen and why.
+    the settings do not fit; engine_notes: startup lines saying what was chosen and why;
+    draft: the default model's draft model for speculative decoding (``-md``, ``-ctkd``/``-ctvd``,
+    ...; None: none); spec_type: ``--spec-type`` without a draft model (None: none); mmproj: the
+    default model's multimodal projector (``--mmproj``; None: text only). The three apply to the
+    model ``serve`` was started with (a draft shares its vocabulary, a projector its embedding
+    width); a model loaded by name runs without them.
     """
 
     model_path: Path
@@ -149,6 +154,9 @@ class ServeConfig:
     engine_env: dict[str, str] = field(default_factory=dict)
     engine_env_for: Callable[[Path], dict[str, str]] | None = None
     engine_notes: list[str] = field(default_factory=list)
+    draft: DraftSpec | None = None
+    spec_type: str | None = None
+    mmproj: Path | None = None
 
 
 #: Seconds an idle connection to llama-server is kept for reuse. llama-server (cpp-httplib,
@@ -186,6 +194,9 @@ _PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d
                              r"|Flash Attention|flash_attn")  # what flash attention became (run.flash_attention_applied)
 _OVERRIDDEN_ENV = re.compile(r"warn: (\S+) environment variable is set, but will be overwritten by command line "
                              r"argument (\S+)")
+# llama-server's per-request speculative decoding line (server-context.cpp, print_timing):
+# "draft acceptance = 0.70000 (   21 accepted /    30 generated), mean len =  3.10"
+_DRAFT_LINE = re.compile(r"draft acceptance = [0-9.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
 
 
 def offload_args(offload) -> list[str]:
@@ -273,6 +284,8 @@ class Runner:
         self.offloaded: int | None = None  # layers the child offloaded ("offloaded N/M layers to GPU")
         self.on_device = False  # a KV buffer of the child is on a device other than the CPU
         self.worker_down = False  # the last start failed because an RPC worker could not be used
+        self.draft_accepted = 0  # draft tokens accepted / generated so far (llama-server's per-request lines)
+        self.draft_generated = 0
         self.context_shift = kind == "chat"  # --context-shift; False when llama-server said it cannot shift here
         self.n_ctx_slot: int | None = None  # each slot's context as llama-server reported it (n_ctx padded to 256s)
 
@@ -290,7 +303,19 @@ class Runner:
                          embedding=self.kind == "embed",
                          model_pooling=self.kind == "embed" and self.model.has_pooling(),
                          rerank=self.kind == "embed" and self.model.pooling_type() == POOLING_RANK,
-                         env=self._engine_env(), port=self.port)
+                         env=self._engine_env(), port=self.port,
+                         draft=c.draft if self._own() else None, spec_type=c.spec_type if self._own() else None,
+                         mmproj=c.mmproj if self._own() else None)
+
+    def _own(self) -> bool:
+        """True for the chat runner of the model ``serve`` was started with: the one the draft
+        model and the projector belong to."""
+        return self.kind == "chat" and self.model.path == self.config.model_path
+
+    @property
+    def vision(self) -> bool:
+        """Whether this runner's child takes images (it was started with ``--mmproj``)."""
+        return self._own() and self.config.mmproj is not None
 
     @property
     def slot_ctx(self) -> int:
@@ -347,6 +372,9 @@ class Runner:
             raise ChildError(f"cannot load {self.model.name} with these settings: {e}") from e
 
     def _on_line(self, line: str) -> None:
+        if m := _DRAFT_LINE.search(line):
+            self.draft_accepted += int(m.group(1))
+            self.draft_generated += int(m.group(2))
         if m := re.search(r"n_ctx_slot = (\d+)", line):  # the slot's real context: llama.cpp pads n_ctx to 256s
             self.n_ctx_slot = int(m.group(1))
         if "ctx_shift is not supported" in line:  # llama-server turns the shift off for this model/cache
@@ -533,7 +561,10 @@ class Runner:
         return {"name": self.model.name, "kind": self.kind, "state": self.state, "pid": c.pid if c else None,
                 "port": c.port if c else None, "n_ctx": self.n_ctx, "active_requests": self.active,
                 "restarts": len(self.restarts), "last_exit": self.last_exit, "last_log_lines": self.last_lines,
-                "error": self.error}
+                "error": self.error,
+                **({"draft": {"model": self.config.draft.model.name, "accepted": self.draft_accepted,
+                              "generated": self.draft_generated}} if self._own() and self.config.draft else {}),
+                **({"mmproj": self.config.mmproj.name} if self.vision else {})}
 
 
 class Manager:
@@ -647,6 +678,11 @@ class Manager:
                 seen.add(tag.lower())
                 out.append(ModelFile(row["name"], found.path, ollama=found.ollama))
         return out
+
+    def vision(self, model: ModelFile) -> bool:
+        """Whether ``model`` is served with a vision projector (``--mmproj``: the model ``serve``
+        was started with, when one is given)."""
+        return self.config.mmproj is not None and model.path == self.config.model_path
 
     def max_context(self, model: ModelFile) -> int:
         """Largest per-slot context a request may ask for: TQGGUF_MAX_CONTEXT_LENGTH, else the
