@@ -35,7 +35,7 @@ BODY_TIMEOUT_S = 2.0
 BAD = {
     "cache_type_k": "q9_9", "cache_type_v": "q9_9", "flash_attention": "maybe", "host": "garbage",
     "port": ":99999", "context_length": "8", "num_parallel": "-1", "keep_alive": "5 minutes",
-    "models": "{file}", "max_loaded_models": "many",
+    "ollama_models": "{file}", "max_loaded_models": "many", "origins": "a**b",
 }
 OLLAMA_ALIASED = [n for n in Settings.model_fields if any(e.startswith("OLLAMA_") for e in _var(n).env)]
 
@@ -56,10 +56,13 @@ def test_every_ollama_aliased_setting_has_a_bad_value_here():
     assert sorted(BAD) == sorted(OLLAMA_ALIASED)
 
 
-@pytest.mark.parametrize("name", OLLAMA_ALIASED)
-@pytest.mark.parametrize("family", ["OLLAMA_", "TQGGUF_"])
-def test_a_bad_value_is_an_error_naming_its_variable_in_env_and_serve(name, family, tmp_path):
-    var = next(e for e in _var(name).env if e.startswith(family))
+# every variable of those settings: OLLAMA_* and, where there is one, its TQGGUF_* twin
+# (OLLAMA_MODELS, Ollama's own store, has none)
+_ALIASED_VARS = [(n, e) for n in OLLAMA_ALIASED for e in _var(n).env]
+
+
+@pytest.mark.parametrize("name, var", _ALIASED_VARS)
+def test_a_bad_value_is_an_error_naming_its_variable_in_env_and_serve(name, var, tmp_path):
     bad = BAD[name].format(file=tmp_path / "a-file")
     (tmp_path / "a-file").write_text("not a directory")
     msg = _expected_error({var: bad})
