@@ -521,6 +521,14 @@ def _copy_key(name: str) -> str:
     return n.shortest().lower()
 
 
+def _copy_key_or_none(name: str) -> str | None:
+    """:func:`_copy_key`, or None for a name Ollama would not accept (it names no copy)."""
+    try:
+        return _copy_key(name)
+    except ModelError:
+        return None
+
+
 def copies_path() -> Path:
     """``<models>/copies.json``: the copies ``/api/copy`` made (name -> the name it copies)."""
     return models_dir() / "copies.json"
@@ -558,10 +566,7 @@ def lookup(name: str, *, copies_too: bool = True) -> Found | None:
         target = models_dir() / spec.filename
         return Found(spec.name, target, "tqgguf") if _check_cached(target, spec, lambda _m: None) else None
     if copies_too:
-        try:
-            ck = _copy_key(name)
-        except ModelError:
-            ck = None
+        ck = _copy_key_or_none(name)
         table = copies()
         if ck in table:
             inner = lookup(table[ck], copies_too=False)
@@ -603,10 +608,7 @@ def delete_model(name: str) -> str:
     stamp). Returns what was done, for the log. Raises UnknownModel when ``name`` names
     nothing, ModelError for a model in Ollama's store (its files are Ollama's: ``ollama rm``)
     and for a registry model that copies still name (the message lists them)."""
-    try:
-        ck = _copy_key(name)
-    except ModelError:
-        ck = None
+    ck = _copy_key_or_none(name)
     table = copies()
     if ck in table:
         target = table.pop(ck)

@@ -247,6 +247,16 @@ def prepare_chat(body: dict, req: ChatRequest, model_name: str, chat_template: s
     return None, ChatAnswer(set() if choice == "none" else set(names), demanded=choice == "required")
 
 
+def answer_json(data: bytes) -> dict | None:
+    """A whole (non-streamed) OpenAI answer parsed: the JSON object when it has a ``choices``
+    list, else None (not JSON, an error body, another shape: the caller leaves it as sent)."""
+    try:
+        j = json.loads(data)
+    except ValueError:
+        return None
+    return j if isinstance(j, dict) and isinstance(j.get("choices"), list) else None
+
+
 REPLACEMENT = "\ufffd"
 
 
@@ -281,11 +291,8 @@ class ChatAnswer:
         """A whole answer rewritten; the same bytes when nothing changes (parsed only when needed)."""
         if not self.tool_names and REPLACEMENT.encode() not in data:
             return data
-        try:
-            j = json.loads(data)
-        except ValueError:
-            return data
-        if not isinstance(j, dict) or not isinstance(j.get("choices"), list):
+        j = answer_json(data)
+        if j is None:
             return data
         for ch in j["choices"]:
             if not isinstance(ch, dict):

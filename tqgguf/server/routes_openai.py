@@ -32,8 +32,8 @@ from . import media, proxy
 from .dependencies import ManagerDep, manager_of
 from .errors import json_object
 from .modelfile import ModelFile
-from .openai_api import (ChatAnswer, ChatRequest, CompletionRequest, EmbeddingRequest, check_n, drop_cut_character,
-                         prepare_chat, validate)
+from .openai_api import (ChatAnswer, ChatRequest, CompletionRequest, EmbeddingRequest, answer_json, check_n,
+                         drop_cut_character, prepare_chat, validate)
 
 router = APIRouter()
 
@@ -89,11 +89,8 @@ class LegacyLogprobs:
 
     def body(self, data: bytes) -> bytes:
         """A whole (non-streamed) answer converted; unchanged when it is not JSON with choices."""
-        try:
-            j = json.loads(data)
-        except ValueError:
-            return data
-        if not isinstance(j, dict) or not isinstance(j.get("choices"), list):
+        j = answer_json(data)
+        if j is None:
             return data
         for ch in j["choices"]:
             if isinstance(ch, dict):
