@@ -19,6 +19,7 @@ from tqgguf.bench.roofline import BANDWIDTH_FILE, kv_bytes_per_cell, kv_read_byt
 from tqgguf.bench.runner import run_bench
 from tqgguf.bench.spec import (NO_PLAN, BatchedSpec, BenchError, BenchSpec, append_row, configs_of, expand, load_results,
                                parse_fa_list, parse_int_list, validate)
+from tqgguf.cachetypes import MAX_SEQUENCES
 from tqgguf.cli import main as cli
 
 P, N, D, R = 16, 4, (0, 32), 2  # tiny sizes: SmolLM2 on 2 shared cores
@@ -197,7 +198,7 @@ def test_batched_measures_s_tg_over_every_sequence(smollm2, tmp_path):
     (["-p", "0", "-n", "0"], 2, "nothing to run"),
     (["-ctv", "q8_0", "-fa", "off"], 2, "flash attention"),
     (["-fa", "maybe"], 2, "on, off, auto"),
-    (["--batched", "-npl", "1,300"], 2, "at most"),
+    (["--batched", "-npl", f"1,{MAX_SEQUENCES + 1}"], 2, "at most"),
     (["--batched", "-npp", "0"], 2, ">= 1"),
     (["--k-center", "sideways"], 2, "sideways"),
 ])
