@@ -492,6 +492,30 @@ def list_models() -> list[dict]:
                      "path": str(m.gguf)})
     return rows
 
+
+def servable() -> list[tuple[str, "Found"]]:
+    """``(name as list_models lists it, what it resolves to)`` for every model that can be
+    served now, in list_models' order: each registry model whose file is here (the pinned size,
+    then the checksum as :func:`lookup` checks it), each copy whose model is here, each model in
+    Ollama's store (its manifest read once, not again by lookup). For ``/api/tags`` and
+    ``/v1/models``; reads the model directories (call it off an event loop)."""
+    out: list[tuple[str, Found]] = []
+    for spec in MODELS.values():
+        target = models_dir() / spec.filename
+        if target.is_file() and target.stat().st_size == spec.size and _check_cached(target, spec, lambda _m: None):
+            out.append((spec.name, Found(spec.name, target, "tqgguf")))
+    for name in copies():
+        try:
+            found = lookup(name)
+        except ModelError:
+            continue
+        if found is not None:
+            out.append((name, found))
+    for m in ollama_store.list_models()[0]:
+        out.append((m.display, Found(m.display, m.gguf, "ollama", m)))
+    return out
+
+
 class UnknownModel(ModelError):
     """A name that is no registry model, copy or model in Ollama's store (the API's 404)."""
 

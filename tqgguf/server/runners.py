@@ -660,23 +660,17 @@ class Manager:
     def available(self) -> list[ModelFile]:
         """Every model this server can serve, loaded or not (``/api/tags``, ``/v1/models``): the
         served ones, then every downloaded registry model, every copy and every model in
-        Ollama's store (``tqgguf.models.list_models``), each name once. Reads the model
+        Ollama's store (``tqgguf.models.servable``), each name once. Reads the model
         directories: call it off the event loop."""
-        from ..models import ModelError, list_models, lookup
+        from ..models import servable
 
         out = list(self.models.values())
         seen = {m.tag.lower() for m in out}
-        for row in list_models():
-            tag = row["name"] if ":" in row["name"] else f"{row['name']}:latest"
-            if not row.get("path") or tag.lower() in seen:
-                continue
-            try:
-                found = lookup(row["name"])
-            except ModelError:
-                continue
-            if found is not None:
+        for name, found in servable():
+            tag = name if ":" in name else f"{name}:latest"
+            if tag.lower() not in seen:
                 seen.add(tag.lower())
-                out.append(ModelFile(row["name"], found.path, ollama=found.ollama))
+                out.append(ModelFile(name, found.path, ollama=found.ollama))
         return out
 
     def vision(self, model: ModelFile) -> bool:
