@@ -109,6 +109,73 @@ static inline void quantize_q8_1_to_shared(const float * __restrict__ x, const f
     }
 }
 
+// the tensor-core kernel's three warp-wide instructions (turbo-fattn-mma.cuh): every lane puts
+// its fragments into the warp's slots, then computes its own part of the result from all of them
+// (PTX ISA fragment layouts of mma.m16n8k32 s8, mma.m16n8k16 f16 and movmatrix.m8n8.trans.b16)
+static uint32_t emul_frag[4][WARP_SIZE][10];
+
+static inline half2 __floats2half2_rn(const float a, const float b) { return make_half2(a, b); }
+static inline int __float2int_rn(const float x) { return (int) nearbyintf(x); }
+
+static void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int w = threadIdx.y, l = threadIdx.x;
+    memcpy(emul_frag[w][l], a, 16);
+    memcpy(emul_frag[w][l] + 4, b, 8);
+    emul_warp_bar[w]->arrive_and_wait();
+    int A[16][32], B[32][8];
+    for (int L = 0; L < WARP_SIZE; ++L) {
+        const int g = L/4, t = L%4;
+        for (int j = 0; j < 4; ++j) {
+            const auto byte = [&](int r) { return (int) (int8_t) (emul_frag[w][L][r] >> (8*j)); };
+            A[g][4*t + j] = byte(0); A[g + 8][4*t + j] = byte(1); A[g][16 + 4*t + j] = byte(2); A[g + 8][16 + 4*t + j] = byte(3);
+            B[4*t + j][g] = byte(4); B[16 + 4*t + j][g] = byte(5);
+        }
+    }
+    emul_warp_bar[w]->arrive_and_wait();
+    const int g = l/4, t = l%4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + 8*(i/2), col = 2*t + i%2;
+        for (int k = 0; k < 32; ++k) {
+            c[i] += A[row][k]*B[k][col];
+        }
+    }
+}
+static void ggml_cuda_turbo_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int w = threadIdx.y, l = threadIdx.x;
+    memcpy(emul_frag[w][l], a, 16);
+    memcpy(emul_frag[w][l] + 4, b, 8);
+    emul_warp_bar[w]->arrive_and_wait();
+    float A[16][16], B[16][8];
+    for (int L = 0; L < WARP_SIZE; ++L) {
+        const int g = L/4, t = L%4;
+        for (int h = 0; h < 2; ++h) {
+            const auto hf = [&](int r) { return turbo_host_h2f((uint16_t) (emul_frag[w][L][r] >> (16*h))); };
+            A[g][2*t + h] = hf(0); A[g + 8][2*t + h] = hf(1); A[g][8 + 2*t + h] = hf(2); A[g + 8][8 + 2*t + h] = hf(3);
+            B[2*t + h][g] = hf(4); B[8 + 2*t + h][g] = hf(5);
+        }
+    }
+    emul_warp_bar[w]->arrive_and_wait();
+    const int g = l/4, t = l%4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + 8*(i/2), col = 2*t + i%2;
+        double acc = c[i];
+        for (int k = 0; k < 16; ++k) {
+            acc += (double) A[row][k]*B[k][col];
+        }
+        c[i] = (float) acc;
+    }
+}
+static uint32_t ggml_cuda_turbo_movmatrix(const uint32_t x) {
+    const int w = threadIdx.y, l = threadIdx.x;
+    emul_frag[w][l][0] = x;
+    emul_warp_bar[w]->arrive_and_wait();
+    const int g = l/4, t = l%4;  // result: (X[2t][g], X[2t+1][g]); X[r][c] is half c%2 of lane 4r + c/2
+    const uint32_t lo = (emul_frag[w][4*(2*t) + g/2][0]     >> (16*(g % 2))) & 0xFFFF;
+    const uint32_t hi = (emul_frag[w][4*(2*t + 1) + g/2][0] >> (16*(g % 2))) & 0xFFFF;
+    emul_warp_bar[w]->arrive_and_wait();
+    return lo | (hi << 16);
+}
+
 #include "turbo-fattn-dec.cuh"
 
 // ---- the test
@@ -140,7 +207,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     typedef typename ggml_cuda_turbo_traits<tK>::block bK;
     typedef typename ggml_cuda_turbo_traits<tV>::block bV;
     const int nhq = fc.nh_kv*fc.gqa, nkv = fc.n_kv, nseq = fc.nseq;
-    const int G = fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
+    const int G = VAR == 4 && fc.gqa % 8 == 0 ? 8 : fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f), ud(0.25f, 2.0f);
     // K/V [D/64 blocks, n_kv, nh_kv, nseq], Q [D, 1, nhq, nseq] f32, mask [n_kv, 1, 1, nseq] f16
@@ -179,7 +246,13 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     std::vector<float2> meta((size_t) nseq*nhq*P);
     gridDim = { 1, (unsigned) P, (unsigned) (nhq/G*nseq) };
     blockDim = { 32, 4, 1 };
-    auto kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
+    decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
+    if constexpr (VAR == 4) {  // the tensor-core kernel
+        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV> :
+                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV> : flash_attn_ext_turbo_mma<D, 1, tK, tV>;
+    } else {
+        kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
+    }
     const uint3 ne01 = { 0, 0, 1 };
     for (unsigned z = 0; z < gridDim.z; ++z) {
         for (unsigned y = 0; y < gridDim.y; ++y) {
@@ -258,6 +331,8 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
 int main() {
     std::mt19937 rng(26);
     bool ok = true;
+    const char * only = getenv("FA_DEC_EMUL_VAR");  // one variant's cases alone (e.g. 4), for working on it
+    const bool all = only == nullptr || *only == '\0';
     const fa_case cases[] = {
         { 256, 2, 4, 1, 1, true,  false, 0.0f },
         { 512, 1, 4, 2, 2, true,  true,  0.0f },
@@ -267,32 +342,39 @@ int main() {
         { 256, 1, 4, 1, 1, false, false, 0.0f },
         { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
     };
-    for (const fa_case & fc : cases) {
-        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
-        ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0>(fc, rng);
-        ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
+    if (all) {
+        for (const fa_case & fc : cases) {
+            ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
+            ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0>(fc, rng);
+            ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
+        }
+        ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0>(cases[1], rng);
+        ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0>(cases[1], rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[4], rng);
+        // the staged variants (rows copied to shared memory a tile ahead; VAR 3 differs in launch
+        // bounds only): every case for turbo4 and turbo3 at hd 128 and turbo4 at hd 64 (34-byte rows:
+        // 2-byte aligned starts), one each for the other pairs
+        for (const fa_case & fc : cases) {
+            ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 2>(fc, rng);
+            ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 2>(fc, rng);
+            ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 2>(fc, rng);
+        }
+        ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 2>(cases[6], rng);
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 2>(cases[6], rng);
+        ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 2>(cases[1], rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 2>(cases[6], rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 2>(cases[6], rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 2>(cases[6], rng);
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 3>(cases[6], rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 3>(cases[1], rng);
     }
-    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
-    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0>(cases[1], rng);
-    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0>(cases[0], rng);
-    ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0>(cases[1], rng);
-    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0>(cases[4], rng);
-    // the staged variants (rows copied to shared memory a tile ahead; VAR 3 differs in launch
-    // bounds only): every case for turbo4 and turbo3 at hd 128 and turbo4 at hd 64 (34-byte rows:
-    // 2-byte aligned starts), one each for the other pairs
-    for (const fa_case & fc : cases) {
-        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 2>(fc, rng);
-        ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 2>(fc, rng);
-        ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 2>(fc, rng);
+    // the tensor-core kernel (VAR 4): turbo4 K and V at hd 128, every case, and GQA 8 (G = 8)
+    for (const fa_case & fc : cases) {  // (FA_DEC_EMUL_VAR=4 runs these alone)
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 4>(fc, rng);
     }
-    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 2>(cases[6], rng);
-    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 2>(cases[6], rng);
-    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 2>(cases[1], rng);
-    ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 2>(cases[6], rng);
-    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 2>(cases[6], rng);
-    ok &= run_case< 64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 2>(cases[6], rng);
-    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 3>(cases[6], rng);
-    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 3>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 4>({ 384, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     printf("%s\n", ok ? "all OK" : "FAILURES");
     return ok ? 0 : 1;
 }

@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -51,7 +51,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
     return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
 }
 
-// Variants (GGML_CUDA_TURBO_FA_DEC=1..3, one build measures all; docs/CUDA.md "session 11"):
+// Variants (GGML_CUDA_TURBO_FA_DEC=1..4, one build measures all; docs/CUDA.md "session 11", "session 12"):
 //   1: K and V rows read straight from global memory by the lanes that decode them (2-byte loads:
 //      a turbo4 block's indices start at byte 2), the next tile's loads only after this tile's math.
 //   2: staged: each warp copies its 32 K and 32 V rows of the NEXT tile into shared memory with
@@ -60,7 +60,9 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      the global loads are 16-byte, coalesced over the rows' chunks.
 //   3: 2 with 4 resident blocks per SM (<= 128 registers): 16 warps per SM, and launch_fattn's
 //      split then gives more, shorter KV ranges per K/V head (less tail at 1 sequence).
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 3;
+//   4: K.Q and P.V on tensor cores (turbo-fattn-mma.cuh): turbo4 K and V at head dim 128; other
+//      shapes run variant 1.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 4;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -536,6 +538,8 @@ static __global__ void flash_attn_ext_turbo_dec(
 #endif
 }
 
+#include "turbo-fattn-mma.cuh"
+
 #ifndef GGML_CUDA_TURBO_HOST_CHECK
 // 0: the vector kernel; 1..ggml_cuda_turbo_fa_dec_nvariants: this kernel's variant
 static int ggml_cuda_turbo_fa_dec_env() {
@@ -599,6 +603,46 @@ static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * 
     return 1;
 }
 
+// the tensor-core kernel (variant 4) reads rows as 4-byte words: their starts must be 4-byte
+// aligned (turbo4 rows of 128 values are 68 bytes, so the cache's are); it needs sm_80's mma
+static bool ggml_cuda_turbo_fa_mma_ok(const ggml_tensor * t) {
+    return ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc) &&
+        ((uintptr_t) t->data % 4) == 0 && t->nb[1] % 4 == 0 && t->nb[2] % 4 == 0 && t->nb[3] % 4 == 0;
+}
+
+// Heads per block of the tensor-core kernel: the largest of 8, 4, 2 that divides the gqa ratio
+// and still gives a full wave (as ggml_cuda_turbo_fa_dec_heads; the mma's 8 columns cost the
+// same for any G, so only the grid decides), else 1; GGML_CUDA_TURBO_FA_GQA=N forces G <= N.
+static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const int gqa_ratio = (int) (Q->ne[2] / K->ne[2]);
+    const int env       = ggml_cuda_turbo_fa_gqa_env();
+    const int64_t ntiles_KV = (K->ne[1] + ggml_cuda_turbo_fa_mma_rows - 1) / ggml_cuda_turbo_fa_mma_rows;
+    const int64_t nsm       = ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+    for (int G = 8; G > 1; G /= 2) {
+        if (gqa_ratio % G != 0 || (env > 0 && G > env)) {
+            continue;
+        }
+        if (env > 0 || (Q->ne[2] / G) * Q->ne[3] * ntiles_KV >= nsm * 3) {  // 3: the kernel's resident blocks per SM
+            return G;
+        }
+    }
+    return 1;
+}
+
+template <int D, ggml_type type_K, ggml_type type_V>
+static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
+    constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
+    constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
+    switch (G) {
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+    }
+}
+
 // true: dst computed by this kernel; false: not taken (switch off or a shape it does not cover)
 template <int D, ggml_type type_K, ggml_type type_V>
 static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
@@ -619,6 +663,15 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (var == 0 || Q->ne[1] != 1 || logit_softcap != 0.0f || K->ne[0] != D || V->ne[0] != D ||
             K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
         return false;
+    }
+    if (var == 4) {  // the tensor-core kernel where it covers the shape, else variant 1
+        if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
+            if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
+                ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst));
+                return true;
+            }
+        }
+        var = 1;
     }
     if (var >= 2 && !(ggml_cuda_turbo_fa_dec_stage_ok<D, type_K>(K) && ggml_cuda_turbo_fa_dec_stage_ok<D, type_V>(V))) {
         var = 1;

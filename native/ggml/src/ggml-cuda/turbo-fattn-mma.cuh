@@ -1,0 +1,506 @@
+// tqgguf: flash-attention decode for turbo4 K and V on tensor cores (mma.sync), one query per
+// sequence: variant 4 of GGML_CUDA_TURBO_FA_DEC (turbo-fattn-dec.cuh includes this file and
+// dispatches to it; shapes it does not cover take variant 1).
+//
+// Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
+// the CUDA cores (G dp4a chains per K word, G x 4 HFMA2 per 8 V values): 0.49 warp instructions
+// per KV byte, issue-bound at 22 % of the HBM roofline (docs/CUDA.md, session 11). Here the
+// products go to the tensor cores and only the decode stays on the CUDA cores:
+//
+//   K.Q   mma m16n8k32 s8 (S = K Q^T): A = 16 K rows x 32 dims as int8 centroids (the vector
+//         kernel's int8 table, round(c 127 / max|c|)), B = 32 dims x 8 Q heads as int8 (Q
+//         quantized per 64 dims = per turbo block, in the kernel), C = int32 per (row, head).
+//         The dims of a k-step are permuted so that one 4-byte word of turbo4 indices is one
+//         A register pair: qs bytes o..o+3 hold elements o..o+3 (low nibbles) and o+32..o+35
+//         (high nibbles); the low 16 bits of the word, as a PRMT selector, give the int8
+//         centroids of elements (o, o+32, o+1, o+33), the high 16 bits (o+2, o+34, o+3, o+35).
+//         Q's B registers are built once with the same order.
+//   P.V   mma m16n8k16 f16 (O^T = V^T P^T): A = 16 dims x 16 KV rows as fp16 centroids (the
+//         vector kernel's fp16 byte planes), B = 16 KV rows x 8 heads: the softmax weights
+//         times the V block scale (half2), C = fp32 per (dim, head). A half2 of A holds one dim
+//         of two consecutive rows, so the indices of rows 2t and 2t+1 are interleaved nibble by
+//         nibble into one selector word (two LOP3) and one lookup serves both rows.
+//   S -> P the int32 C of K.Q holds rows (g, g+8) x heads (2t, 2t+1) per lane; after the scale,
+//         mask, running max and exp, the fp16 weights of 8 rows x 8 heads are transposed in
+//         registers by movmatrix into the B layout of P.V (heads by lane group).
+//
+// A block is (sequence, K/V head, KV split) with G <= 8 Q heads (the 8 columns of both mma; the
+// columns beyond G are zeros), 4 warps of 32 KV rows per tile; per warp and tile: 8 int8 mma,
+// 16 fp16 mma, 4 movmatrix. The split over gridDim.y and its merge are upstream's launch_fattn
+// and combine kernel, as for variant 1.
+//
+// Covered: head dim 128, turbo4 K and V, rows 4-byte aligned (the host checks the strides; a
+// turbo4 row of 128 values is 68 bytes, so the cache's rows are); no logit softcap. Needs the
+// int8/fp16 mma of sm_80+ (ampere_mma_available on the host).
+#pragma once
+
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
+    return D == 128 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0;
+}
+
+static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
+static constexpr int ggml_cuda_turbo_fa_mma_rows   = ggml_cuda_turbo_fa_mma_nwarps*32;  // KV rows per tile (4 warps x 32)
+
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these three
+// D (16x8 s32) += A (16x32 s8, row) * B (32x8 s8, col); fragments as in the PTX ISA for m16n8k32
+static __device__ __forceinline__ void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    GGML_UNUSED_VARS(c, a, b);
+    NO_DEVICE_CODE;
+#endif
+}
+// D (16x8 f32) += A (16x16 f16, row) * B (16x8 f16, col); m16n8k16
+static __device__ __forceinline__ void ggml_cuda_turbo_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    GGML_UNUSED_VARS(c, a, b);
+    NO_DEVICE_CODE;
+#endif
+}
+// transpose of an 8x8 b16 matrix held one row pair per lane (lane 4r + c: row r, columns 2c, 2c+1)
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_movmatrix(const uint32_t x) {
+#ifdef AMPERE_MMA_AVAILABLE
+    uint32_t r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+#else
+    GGML_UNUSED(x);
+    NO_DEVICE_CODE;
+    return 0;
+#endif
+}
+#endif // GGML_CUDA_TURBO_HOST_CHECK
+
+// A byte table held in registers (t[0..3]: entries 0..15) and its lookup by the 4 nibbles of a
+// selector (ggml_cuda_turbo_lookup4). The words are made opaque to the compiler once, before the
+// KV loop: as constants it re-creates them from uniform registers before every PRMT (an IMAD per
+// word and lookup, 13 % of the loop's instructions in a first build).
+// x, as a value the compiler cannot prove uniform (opaque: kept in a vector register, not moved
+// from a uniform one before every use); key: a kernel argument whose value it does not know
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_opaque(const uint32_t x, const int key) {
+    return x | (key == 0x7FFFFFFF ? threadIdx.x : 0u);
+}
+
+template <ggml_type type, int plane>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_table(uint32_t (&t)[4], const int key) {
+    constexpr uint32_t t0 = ggml_cuda_turbo_table_word<type, plane>(0);
+    constexpr uint32_t t1 = ggml_cuda_turbo_table_word<type, plane>(1);
+    constexpr uint32_t t2 = ggml_cuda_turbo_table_word<type, plane>(2);
+    constexpr uint32_t t3 = ggml_cuda_turbo_table_word<type, plane>(3);
+    t[0] = ggml_cuda_turbo_fa_mma_opaque(t0, key);
+    t[1] = ggml_cuda_turbo_fa_mma_opaque(t1, key);
+    t[2] = ggml_cuda_turbo_fa_mma_opaque(t2, key);
+    t[3] = ggml_cuda_turbo_fa_mma_opaque(t3, key);
+}
+// byte n of the result = entry (nibble n of sel) of the table; m4 = 0x4444 in a register (the pick
+// between the two halves of a 16-entry table is one LOP3 with it)
+template <ggml_type type>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup(const uint32_t sel, const uint32_t (&t)[4], const uint32_t m4) {
+    if constexpr (ggml_cuda_turbo_traits<type>::levels == 16) {
+        const uint32_t lo = __byte_perm(t[0], t[1], sel);  // entries 0..7 (bit 3 of each nibble is ignored)
+        const uint32_t hi = __byte_perm(t[2], t[3], sel);  // entries 8..15
+        return __byte_perm(lo, hi, ((sel >> 1) & m4) | 0x3210);
+    } else {
+        return ggml_cuda_turbo_lookup4<ggml_cuda_turbo_traits<type>::levels>(sel, t[0], t[1], t[2], t[3]);
+    }
+}
+
+// the 4-byte word of turbo4 indices at qs offset o (o % 4 == 0, o < 32) of block m of a row whose
+// start is 4-byte aligned (W: the row as words): block m starts at byte 34m, its qs at 34m + 2,
+// so for even m the word straddles two aligned words
+template <int m>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_word4(const uint32_t * W, const int o) {
+    constexpr int b = 34*m + 2;  // byte of qs[0]
+    if constexpr (b % 4 == 0) {
+        return W[(b + o)/4];
+    } else {
+        return __byte_perm(W[(b + o)/4], W[(b + o)/4 + 1], 0x5432);  // bytes 2, 3 of one word, 0, 1 of the next
+    }
+}
+// the scale d of block m of that row, as fp16 bits in the low half
+template <int m>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const uint32_t * W) {
+    constexpr int b = 34*m;
+    return b % 4 == 0 ? W[b/4] & 0xFFFF : W[b/4] >> 16;
+}
+
+template <int D, int G, ggml_type type_K, ggml_type type_V>
+__launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, 3)
+static __global__ void flash_attn_ext_turbo_mma(
+        const char * Q_ptr,
+        const char * K_ptr,
+        const char * V_ptr,
+        const char * mask_ptr,
+        const char * sinks_ptr,
+        const int  * KV_max_ptr,
+        float      * dst_ptr,
+        float2     * dst_meta_ptr,
+        const float scale,
+        const float max_bias,
+        const float m0,
+        const float m1,
+        const uint32_t n_head_log2,
+        const float logit_softcap,
+        const int32_t ne00, const uint3   ne01, const int32_t ne02, const int32_t ne03,
+                            const int32_t nb01, const int32_t nb02, const int32_t nb03,
+        const int32_t ne10, const int32_t ne11, const int32_t ne12, const int32_t ne13,
+                            const int32_t nb11, const int32_t nb12, const int64_t nb13,
+                            const int32_t nb21, const int32_t nb22, const int64_t nb23,
+                            const int32_t ne31, const int32_t ne32, const int32_t ne33,
+                            const int32_t nb31, const int32_t nb32, const int64_t nb33) {
+    ggml_cuda_pdl_lc();
+#if (defined(AMPERE_MMA_AVAILABLE) && defined(FLASH_ATTN_AVAILABLE)) || defined(GGML_CUDA_TURBO_HOST_CHECK)
+    static_assert(ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V), "shape");
+    static_assert(G == 1 || G == 2 || G == 4 || G == 8, "heads per block");
+    constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
+    constexpr int NB     = D/64;   // turbo blocks per row
+    constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
+    constexpr int NM     = D/16;   // P.V m-tiles (16 dims each)
+
+    const int lane = threadIdx.x;
+    const int warp = threadIdx.y;
+    const int tid  = warp*WARP_SIZE + lane;
+    const int g    = lane / 4;  // mma group: K rows g, g+8 / Q head g / V dims of lane g
+    const int t    = lane % 4;  // lane in the group: heads 2t, 2t+1 of the C fragments / V rows 2t, 2t+1, 2t+8, 2t+9
+
+    const int sequence  = blockIdx.z / (ne02/G);
+    const int head0     = (blockIdx.z - sequence*(ne02/G))*G;
+    const int gqa_ratio = ne02 / ne12;
+    const char * Q = Q_ptr + nb03*sequence + nb02*head0;
+    const char * K = K_ptr + nb13*sequence + nb12*(head0 / gqa_ratio);
+    const char * V = V_ptr + nb23*sequence + nb22*(head0 / gqa_ratio);
+    const half * maskh = mask_ptr ? (const half *) (mask_ptr + nb33*(sequence % ne33)) : nullptr;
+
+    float slope[2];  // ALiBi slopes of heads 2t, 2t+1 (columns beyond G: any finite value)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        slope[hh] = get_alibi_slope(max_bias, head0 + (2*t + hh < G ? 2*t + hh : G - 1), n_head_log2, m0, m1);
+    }
+
+    __shared__ __align__(16) int8_t sh_q[8][D];   // Q (scaled) as int8, 8 columns
+    __shared__ float sh_qd[8][NB];                // its scale per 64 dims
+    __shared__ float sh_max[8][nwarps];
+    __shared__ float sh_sum[8][nwarps];
+    __shared__ __align__(16) float sh_acc[nwarps][G][D];
+
+    ggml_cuda_pdl_sync();
+    // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 4l..4l+3
+    for (int h = warp; h < 8; h += nwarps) {
+        float x[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            x[c] = h < G ? scale * ((const float *) (Q + h*nb02))[4*lane + c] : 0.0f;
+        }
+        float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1) {  // the 16 lanes of one block of 64
+            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFF, amax, off, WARP_SIZE));
+        }
+        const float d  = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f/d : 0.0f;
+        uint32_t q = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            q |= (uint32_t) (uint8_t) (int8_t) __float2int_rn(x[c]*id) << (8*c);
+        }
+        *((uint32_t *) &sh_q[h][4*lane]) = q;
+        if (lane % 16 == 0) {
+            sh_qd[h][lane/16] = d;
+        }
+    }
+    __syncthreads();
+
+    // B fragments of K.Q: column (head) g; k-step (m, j) of block m holds elements o.., o = 4t + 16j,
+    // in the order of the K words (above): b0 = (o, o+32, o+1, o+33), b1 = (o+2, o+34, o+3, o+35)
+    uint32_t Bq[NB][2][2];
+#pragma unroll
+    for (int m = 0; m < NB; ++m) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const uint32_t lo = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j]);
+            const uint32_t hi = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j + 32]);
+            Bq[m][j][0] = __byte_perm(lo, hi, 0x5140);
+            Bq[m][j][1] = __byte_perm(lo, hi, 0x7362);
+        }
+    }
+    float qd[NB][2];  // scale of Q per block for the C columns 2t, 2t+1, times the int8 table's step
+#pragma unroll
+    for (int m = 0; m < NB; ++m) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K>();
+        }
+    }
+
+    uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes
+    ggml_cuda_turbo_fa_mma_table<type_K, 0>(tK, ne00);
+    ggml_cuda_turbo_fa_mma_table<type_V, 1>(tVlo, ne00);
+    ggml_cuda_turbo_fa_mma_table<type_V, 2>(tVhi, ne00);
+    const uint32_t m4 = ggml_cuda_turbo_fa_mma_opaque(0x4444, ne00);
+
+    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
+    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
+    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
+    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
+    const int nb11_8 = 8*nb11;
+    const int nb21_8 = 8*nb21;
+
+    float O[NM][4];  // O^T: dims (sigma(i, g), sigma(i, g) + 1) x heads (2t, 2t+1)
+#pragma unroll
+    for (int i = 0; i < NM; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            O[i][c] = 0.0f;
+        }
+    }
+    float KQ_max[2] = { -FLT_MAX/2.0f, -FLT_MAX/2.0f };
+    float KQ_sum[2] = { 0.0f, 0.0f };
+
+    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
+    for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
+        const int kw = k0 + warp*32;  // this warp's 32 rows
+        const char * K_k0 = K_lane + (int64_t) k0*nb11;
+        const char * V_k0 = V_lane + (int64_t) k0*nb21;
+
+        // ---- K.Q for rows kw + 16 mt + g + 8 rr
+        float S[2][2][2];  // [mt][rr][hh]
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            uint32_t A[NB][2][4];  // [block][j][register]
+            float    dk[2][NB];
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const uint32_t * W = (const uint32_t *) (K_k0 + (2*mt + rr)*nb11_8);
+                uint32_t w[NB][2];
+                w[0][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t);
+                w[0][1] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t + 16);
+                w[1][0] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t);
+                w[1][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t + 16);
+                const uint32_t d0 = ggml_cuda_turbo_fa_mma_scale4<0>(W);
+                const uint32_t d1 = ggml_cuda_turbo_fa_mma_scale4<1>(W);
+                dk[rr][0] = __half2float(*((const half *) &d0));
+                dk[rr][1] = __half2float(*((const half *) &d1));
+#pragma unroll
+                for (int m = 0; m < NB; ++m) {
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        A[m][j][rr + 0] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j], tK, m4);        // cols 4t..: (o, o+32, o+1, o+33)
+                        A[m][j][rr + 2] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j] >> 16, tK, m4);  // cols 16+4t..: (o+2, o+34, o+3, o+35)
+                    }
+                }
+            }
+            int C[NB][4];
+#pragma unroll
+            for (int m = 0; m < NB; ++m) {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    C[m][c] = 0;
+                }
+                ggml_cuda_turbo_mma_s8(C[m], A[m][0], Bq[m][0]);
+                ggml_cuda_turbo_mma_s8(C[m], A[m][1], Bq[m][1]);
+            }
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const float mval = maskh ? __half2float(maskh[kw + 16*mt + 8*rr + g]) : 0.0f;
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int m = 0; m < NB; ++m) {
+                        s += (dk[rr][m]*qd[m][hh]) * (float) C[m][2*rr + hh];
+                    }
+                    S[mt][rr][hh] = s + slope[hh]*mval;
+                }
+            }
+        }
+
+        // ---- online softmax per head (2t, 2t+1): the max over the warp's 32 rows
+        float P[2][2][2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = fmaxf(fmaxf(S[0][0][hh], S[0][1][hh]), fmaxf(S[1][0][hh], S[1][1][hh]));
+#pragma unroll
+            for (int off = 4; off < WARP_SIZE; off <<= 1) {  // the 8 groups (rows)
+                mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFF, mx, off, WARP_SIZE));
+            }
+            const float mnew = fmaxf(KQ_max[hh], mx);
+            const float rescale = expf(KQ_max[hh] - mnew);
+            KQ_max[hh] = mnew;
+            float sum = 0.0f;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                for (int rr = 0; rr < 2; ++rr) {
+                    P[mt][rr][hh] = expf(S[mt][rr][hh] - mnew);
+                    sum += P[mt][rr][hh];
+                }
+            }
+            KQ_sum[hh] = KQ_sum[hh]*rescale + sum;
+            if (rescale != 1.0f) {  // on a long cache the running max rarely moves
+#pragma unroll
+                for (int i = 0; i < NM; ++i) {
+                    O[i][hh]     *= rescale;
+                    O[i][hh + 2] *= rescale;
+                }
+            }
+        }
+
+        // ---- P.V: k-step mt = rows kw + 16 mt .. + 15
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            // B: rows (2t, 2t+1) and (2t+8, 2t+9) of the k-step x head g, from rows g / g+8 x heads (2t, 2t+1)
+            uint32_t Bp[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const half2 p = __floats2half2_rn(P[mt][rr][0], P[mt][rr][1]);
+                Bp[rr] = ggml_cuda_turbo_movmatrix(*((const uint32_t *) &p));
+            }
+            // V rows 2t + 8 rp + {0, 1}: their indices at qs offset 4g of each block, interleaved
+            uint32_t pw[2][NB][2];  // [rp][block][s: elements < 32 / >= 32], nibbles (row 2t, row 2t+1) per element
+            half2    dv[2][NB];     // (d of row 2t, d of row 2t+1) per block
+#pragma unroll
+            for (int rp = 0; rp < 2; ++rp) {
+                uint32_t iw[2][NB];
+                uint32_t ds[2][NB];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
+                    iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
+                    iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
+                    ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
+                    ds[r][1] = ggml_cuda_turbo_fa_mma_scale4<1>(W);
+                }
+#pragma unroll
+                for (int m = 0; m < NB; ++m) {
+                    pw[rp][m][0] = (iw[0][m] & 0x0F0F0F0F) | ((iw[1][m] << 4) & 0xF0F0F0F0);
+                    pw[rp][m][1] = ((iw[0][m] >> 4) & 0x0F0F0F0F) | (iw[1][m] & 0xF0F0F0F0);
+                    const uint32_t d2 = ds[0][m] | (ds[1][m] << 16);
+                    dv[rp][m] = *((const half2 *) &d2);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < NB; ++m) {
+                uint32_t Bv[2];
+#pragma unroll
+                for (int rp = 0; rp < 2; ++rp) {
+                    const half2 b = *((const half2 *) &Bp[rp]) * dv[rp][m];
+                    Bv[rp] = *((const uint32_t *) &b);
+                }
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+#pragma unroll
+                    for (int kp = 0; kp < 2; ++kp) {
+                        // m-tile i = 4m + 2s + kp: dims sigma = 64m + 32s + 4g + 2kp (rows g of A) and sigma + 1 (rows g+8)
+                        uint32_t Av[4];
+#pragma unroll
+                        for (int rp = 0; rp < 2; ++rp) {
+                            const uint32_t sel = pw[rp][m][s] >> (16*kp);
+                            const uint32_t lo  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel, tVlo, m4);
+                            const uint32_t hi  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel, tVhi, m4);
+                            Av[2*rp + 0] = __byte_perm(lo, hi, 0x5140);  // (row 2t, row 2t+1) of element e
+                            Av[2*rp + 1] = __byte_perm(lo, hi, 0x7362);  // of element e + 1
+                        }
+                        ggml_cuda_turbo_mma_f16(O[4*m + 2*s + kp], Av, Bv);
+                    }
+                }
+            }
+        }
+    }
+
+    // sinks: warp 0 of the first KV split adds each column's sink once (lanes of group 0)
+    if (sinks_ptr && blockIdx.y == 0 && warp == 0) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float sink = ((const float *) sinks_ptr)[head0 + (2*t + hh < G ? 2*t + hh : G - 1)];
+            const float mnew = fmaxf(sink, KQ_max[hh]);
+            const float rescale = expf(KQ_max[hh] - mnew);
+            KQ_max[hh] = mnew;
+            KQ_sum[hh] = KQ_sum[hh]*rescale + (g == 0 ? expf(sink - mnew) : 0.0f);
+#pragma unroll
+            for (int i = 0; i < NM; ++i) {
+                O[i][hh]     *= rescale;
+                O[i][hh + 2] *= rescale;
+            }
+        }
+    }
+
+    // merge the warps: the row groups of a warp share the max; sums add over the 8 groups
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+        for (int off = 4; off < WARP_SIZE; off <<= 1) {
+            KQ_sum[hh] += __shfl_xor_sync(0xFFFFFFFF, KQ_sum[hh], off, WARP_SIZE);
+        }
+        if (g == 0) {
+            sh_max[2*t + hh][warp] = KQ_max[hh];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int h = 2*t + hh;
+        float gmax = sh_max[h][0];
+#pragma unroll
+        for (int w = 1; w < nwarps; ++w) {
+            gmax = fmaxf(gmax, sh_max[h][w]);
+        }
+        const float f = expf(KQ_max[hh] - gmax);
+        if (g == 0) {
+            sh_sum[h][warp] = KQ_sum[hh]*f;
+        }
+        if (h < G) {
+#pragma unroll
+            for (int i = 0; i < NM; ++i) {
+                const int e = 64*(i/4) + 32*((i/2) % 2) + 4*g + 2*(i % 2);  // sigma(i, g)
+                sh_acc[warp][h][e]     = O[i][hh]*f;
+                sh_acc[warp][h][e + 1] = O[i][hh + 2]*f;
+            }
+        }
+    }
+    __syncthreads();
+
+    for (int j = tid; j < G*D; j += nwarps*WARP_SIZE) {
+        const int h = j / D;
+        const int i = j % D;
+        float sum = 0.0f;
+        float val = 0.0f;
+#pragma unroll
+        for (int w = 0; w < nwarps; ++w) {
+            sum += sh_sum[h][w];
+            val += sh_acc[w][h][i];
+        }
+        if (gridDim.y == 1) {
+            val /= sum;
+        }
+        dst_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + h)*gridDim.y*D + blockIdx.y*D + i] = val;
+    }
+    if (gridDim.y != 1 && tid < G) {
+        float gmax = sh_max[tid][0];
+        float sum  = 0.0f;
+#pragma unroll
+        for (int w = 0; w < nwarps; ++w) {
+            gmax = fmaxf(gmax, sh_max[tid][w]);
+            sum += sh_sum[tid][w];
+        }
+        dst_meta_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + tid)*gridDim.y + blockIdx.y] = make_float2(gmax, sum);
+    }
+#else
+    GGML_UNUSED_VARS(Q_ptr, K_ptr, V_ptr, mask_ptr, sinks_ptr, KV_max_ptr, dst_ptr, dst_meta_ptr, scale,
+        max_bias, m0, m1, n_head_log2, logit_softcap,
+        ne00, ne01, ne02, ne03,
+              nb01, nb02, nb03,
+        ne10, ne11, ne12, ne13,
+              nb11, nb12, nb13,
+              nb21, nb22, nb23,
+              ne31, ne32, ne33,
+              nb31, nb32, nb33);
+    NO_DEVICE_CODE;
+#endif
+}
