@@ -207,7 +207,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     typedef typename ggml_cuda_turbo_traits<tK>::block bK;
     typedef typename ggml_cuda_turbo_traits<tV>::block bV;
     const int nhq = fc.nh_kv*fc.gqa, nkv = fc.n_kv, nseq = fc.nseq;
-    const int G = VAR == 4 && fc.gqa % 8 == 0 ? 8 : fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
+    const int G = VAR >= 4 && fc.gqa % 8 == 0 ? 8 : fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f), ud(0.25f, 2.0f);
     // K/V [D/64 blocks, n_kv, nh_kv, nseq], Q [D, 1, nhq, nseq] f32, mask [n_kv, 1, 1, nseq] f16
@@ -247,9 +247,10 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     gridDim = { 1, (unsigned) P, (unsigned) (nhq/G*nseq) };
     blockDim = { 32, 4, 1 };
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
-    if constexpr (VAR == 4) {  // the tensor-core kernel
-        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV> :
-                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV> : flash_attn_ext_turbo_mma<D, 1, tK, tV>;
+    if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged)
+        constexpr bool st = VAR == 5;
+        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st> :
+                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st>;
     } else {
         kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
     }
@@ -370,11 +371,15 @@ int main() {
         ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 3>(cases[6], rng);
         ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 3>(cases[1], rng);
     }
-    // the tensor-core kernel (VAR 4): turbo4 K and V at hd 128, every case, and GQA 8 (G = 8)
-    for (const fa_case & fc : cases) {  // (FA_DEC_EMUL_VAR=4 runs these alone)
+    // the tensor-core kernel (VAR 4, 5): turbo4 K and V at hd 128, every case, and GQA 8 (G = 8)
+    for (const fa_case & fc : cases) {  // (FA_DEC_EMUL_VAR=4 runs these and VAR 5 alone)
         ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 4>(fc, rng);
     }
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 4>({ 384, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    for (const fa_case & fc : cases) {  // and staged (VAR 5)
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 5>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 5>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     printf("%s\n", ok ? "all OK" : "FAILURES");
     return ok ? 0 : 1;
 }

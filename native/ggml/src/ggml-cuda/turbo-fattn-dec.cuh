@@ -62,7 +62,8 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      split then gives more, shorter KV ranges per K/V head (less tail at 1 sequence).
 //   4: K.Q and P.V on tensor cores (turbo-fattn-mma.cuh): turbo4 K and V at head dim 128; other
 //      shapes run variant 1.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 4;
+//   5: 4 with the rows staged a tile ahead in shared memory (cp.async), as 2 does for 1.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 5;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -631,15 +632,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst) {
     return 1;
 }
 
-template <int D, ggml_type type_K, ggml_type type_V>
+template <int D, ggml_type type_K, ggml_type type_V, bool stage>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -664,10 +665,14 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
         return false;
     }
-    if (var == 4) {  // the tensor-core kernel where it covers the shape, else variant 1
+    if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
-                ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst));
+                if (var == 5) {
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst));
+                } else {
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst));
+                }
                 return true;
             }
         }

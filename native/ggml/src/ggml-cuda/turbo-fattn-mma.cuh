@@ -131,7 +131,24 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
     return b % 4 == 0 ? W[b/4] & 0xFFFF : W[b/4] >> 16;
 }
 
-template <int D, int G, ggml_type type_K, ggml_type type_V>
+// Staging (stage = true, variant 5): each warp copies the 32 K and 32 V rows of its NEXT tile into
+// shared memory with 16-byte cp.async while it works on the current one, so the decode reads
+// shared memory and the loads of a tile never wait on DRAM (variant 4 waits three times per tile:
+// K rows 0..15, K rows 16..31, V). Slot r of a warp's buffer holds row r (K: r < 32, V: 32 + r) from
+// the 16-byte aligned address below its start: 80 bytes for a 68-byte turbo4 row that starts at a
+// multiple of 4 (5 chunks). Lane l copies row l of K and of V.
+static constexpr int ggml_cuda_turbo_fa_mma_slot = 80;
+
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, const char * row, const int lane) {
+    const int off = (int) ((uintptr_t) row & 15);
+    char * d = dst + lane*ggml_cuda_turbo_fa_mma_slot;
+#pragma unroll
+    for (int ch = 0; ch < ggml_cuda_turbo_fa_mma_slot/16; ++ch) {
+        ggml_cuda_turbo_fa_dec_cp16(d + 16*ch, row - off + 16*ch);
+    }
+}
+
+template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, 3)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -188,7 +205,12 @@ static __global__ void flash_attn_ext_turbo_mma(
     __shared__ float sh_qd[8][NB];                // its scale per 64 dims
     __shared__ float sh_max[8][nwarps];
     __shared__ float sh_sum[8][nwarps];
-    __shared__ __align__(16) float sh_acc[nwarps][G][D];
+    // the staged rows (two tiles: 2 x nwarps x 64 slots) and, after the KV loop, the warps' accumulators
+    constexpr int SL      = ggml_cuda_turbo_fa_mma_slot;
+    constexpr int n_stage = stage ? 2*nwarps*64*SL : 0;
+    constexpr int n_acc   = nwarps*G*D*(int) sizeof(float);
+    __shared__ __align__(16) char sh_buf[n_stage > n_acc ? n_stage : n_acc];
+    float (*sh_acc)[G][D] = (float (*)[G][D]) sh_buf;
 
     ggml_cuda_pdl_sync();
     // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 4l..4l+3
@@ -264,10 +286,32 @@ static __global__ void flash_attn_ext_turbo_mma(
     float KQ_sum[2] = { 0.0f, 0.0f };
 
     const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
+    char * const stage_warp = sh_buf + warp*64*SL;  // tile buffer b of this warp: + b*nwarps*64*SL
+    int buf = 0;
+    if constexpr (stage) {
+        if (blockIdx.y*T < k_VKQ_max) {
+            const int kw = blockIdx.y*T + warp*32;
+            ggml_cuda_turbo_fa_mma_stage(stage_warp,         K + (int64_t) (kw + lane)*nb11, lane);
+            ggml_cuda_turbo_fa_mma_stage(stage_warp + 32*SL, V + (int64_t) (kw + lane)*nb21, lane);
+        }
+        ggml_cuda_turbo_fa_dec_cp_commit();
+    }
     for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
         const int kw = k0 + warp*32;  // this warp's 32 rows
         const char * K_k0 = K_lane + (int64_t) k0*nb11;
         const char * V_k0 = V_lane + (int64_t) k0*nb21;
+        const char * sK   = stage_warp + buf*nwarps*64*SL;  // staged: K rows in slots 0..31, V rows in 32..63
+        if constexpr (stage) {
+            const int kn = k0 + gridDim.y*T;
+            if (kn < k_VKQ_max) {  // the next tile into the other buffer (read in the previous iteration)
+                char * nK = stage_warp + (buf ^ 1)*nwarps*64*SL;
+                ggml_cuda_turbo_fa_mma_stage(nK,         K + (int64_t) (kn + warp*32 + lane)*nb11, lane);
+                ggml_cuda_turbo_fa_mma_stage(nK + 32*SL, V + (int64_t) (kn + warp*32 + lane)*nb21, lane);
+            }
+            ggml_cuda_turbo_fa_dec_cp_commit();
+            ggml_cuda_turbo_fa_dec_cp_wait_prev();  // this tile's copies (of this lane) are done
+            __syncwarp();                          // ... and those of the other lanes are visible
+        }
 
         // ---- K.Q for rows kw + 16 mt + g + 8 rr
         float S[2][2][2];  // [mt][rr][hh]
@@ -277,7 +321,8 @@ static __global__ void flash_attn_ext_turbo_mma(
             float    dk[2][NB];
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
-                const uint32_t * W = (const uint32_t *) (K_k0 + (2*mt + rr)*nb11_8);
+                const char * Kr = K_k0 + (2*mt + rr)*nb11_8;
+                const uint32_t * W = stage ? (const uint32_t *) (sK + (16*mt + 8*rr + g)*SL + ((uintptr_t) Kr & 15)) : (const uint32_t *) Kr;
                 uint32_t w[NB][2];
                 w[0][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t);
                 w[0][1] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t + 16);
@@ -371,7 +416,8 @@ static __global__ void flash_attn_ext_turbo_mma(
                 uint32_t ds[2][NB];
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
+                    const char * Vr = V_k0 + (2*mt + rp)*nb21_8 + r*nb21;
+                    const uint32_t * W = stage ? (const uint32_t *) (sK + (32 + 16*mt + 8*rp + 2*t + r)*SL + ((uintptr_t) Vr & 15)) : (const uint32_t *) Vr;
                     iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
                     iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
                     ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
@@ -412,6 +458,10 @@ static __global__ void flash_attn_ext_turbo_mma(
                 }
             }
         }
+        if constexpr (stage) {
+            __syncwarp();  // this tile's buffer is written again by the next iteration's copies
+            buf ^= 1;
+        }
     }
 
     // sinks: warp 0 of the first KV split adds each column's sink once (lanes of group 0)
@@ -442,7 +492,7 @@ static __global__ void flash_attn_ext_turbo_mma(
             sh_max[2*t + hh][warp] = KQ_max[hh];
         }
     }
-    __syncthreads();
+    __syncthreads();  // also: every warp is done with the staged rows (sh_acc reuses their memory)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const int h = 2*t + hh;
