@@ -380,6 +380,15 @@ int main() {
         ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 5>(fc, rng);
     }
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 5>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    // the other turbo pairs through the same kernel (the decode kernel's index code)
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 4>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 5>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 5>(cases[4], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 5>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 4>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 5>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO2_0, 4>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 5>(cases[0], rng);
     printf("%s\n", ok ? "all OK" : "FAILURES");
     return ok ? 0 : 1;
 }

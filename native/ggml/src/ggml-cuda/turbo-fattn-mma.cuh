@@ -1,4 +1,4 @@
-// tqgguf: flash-attention decode for turbo4 K and V on tensor cores (mma.sync), one query per
+// tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
 // sequence: variant 4 of GGML_CUDA_TURBO_FA_DEC (turbo-fattn-dec.cuh includes this file and
 // dispatches to it; shapes it does not cover take variant 1).
 //
@@ -29,13 +29,18 @@
 // 16 fp16 mma, 4 movmatrix. The split over gridDim.y and its merge are upstream's launch_fattn
 // and combine kernel, as for variant 1.
 //
-// Covered: head dim 128, turbo4 K and V, rows 4-byte aligned (the host checks the strides; a
-// turbo4 row of 128 values is 68 bytes, so the cache's rows are); no logit softcap. Needs the
-// int8/fp16 mma of sm_80+ (ampere_mma_available on the host).
+// turbo3 and turbo2 (and mixed pairs) take the same path with the decode kernel's index code:
+// K rows through ggml_cuda_turbo_fa_dec_K (plain element order, Q's B registers likewise), V rows
+// through ggml_cuda_turbo_fa_dec_V_sel, each row looked up alone and the pairs formed after (their
+// 8- and 4-entry tables are one PRMT per 4 values).
+//
+// Covered: head dim 128, every turbo K with every turbo V, rows 4-byte aligned (the host checks the
+// strides; turbo rows of 128 values are 68, 52 and 36 bytes, so the cache's rows are); no logit
+// softcap. Needs the int8/fp16 mma of sm_80+ (ampere_mma_available on the host).
 #pragma once
 
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return D == 128 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0;
+    return D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
 }
 
 static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
@@ -139,12 +144,16 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
 // multiple of 4 (5 chunks). Lane l copies row l of K and of V.
 static constexpr int ggml_cuda_turbo_fa_mma_slot = 80;
 
+template <int row_bytes>
 static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, const char * row, const int lane) {
+    static_assert(row_bytes + 12 <= ggml_cuda_turbo_fa_mma_slot, "slot");
     const int off = (int) ((uintptr_t) row & 15);
     char * d = dst + lane*ggml_cuda_turbo_fa_mma_slot;
 #pragma unroll
     for (int ch = 0; ch < ggml_cuda_turbo_fa_mma_slot/16; ++ch) {
-        ggml_cuda_turbo_fa_dec_cp16(d + 16*ch, row - off + 16*ch);
+        if (16*ch < off + row_bytes) {  // only the chunks that hold bytes of the row
+            ggml_cuda_turbo_fa_dec_cp16(d + 16*ch, row - off + 16*ch);
+        }
     }
 }
 
@@ -180,6 +189,12 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr int NB     = D/64;   // turbo blocks per row
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     constexpr int NM     = D/16;   // P.V m-tiles (16 dims each)
+    typedef typename ggml_cuda_turbo_traits<type_K>::block block_K;
+    typedef typename ggml_cuda_turbo_traits<type_V>::block block_V;
+    constexpr int RBK = NB*sizeof(block_K);  // bytes per row
+    constexpr int RBV = NB*sizeof(block_V);
+    constexpr bool K4 = type_K == GGML_TYPE_TURBO4_0;  // turbo4 K: the interleaved element order (words, above)
+    constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
 
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;
@@ -239,17 +254,23 @@ static __global__ void flash_attn_ext_turbo_mma(
     }
     __syncthreads();
 
-    // B fragments of K.Q: column (head) g; k-step (m, j) of block m holds elements o.., o = 4t + 16j,
-    // in the order of the K words (above): b0 = (o, o+32, o+1, o+33), b1 = (o+2, o+34, o+3, o+35)
+    // B fragments of K.Q: column (head) g; k-step (m, j) of block m. turbo4 K: elements o.., o = 4t + 16j,
+    // in the order of the K words (above): b0 = (o, o+32, o+1, o+33), b1 = (o+2, o+34, o+3, o+35); other
+    // K types (ggml_cuda_turbo_fa_dec_K's order): b0 = elements 32j + 4t .. +3, b1 = 32j + 16 + 4t .. +3
     uint32_t Bq[NB][2][2];
 #pragma unroll
     for (int m = 0; m < NB; ++m) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            const uint32_t lo = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j]);
-            const uint32_t hi = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j + 32]);
-            Bq[m][j][0] = __byte_perm(lo, hi, 0x5140);
-            Bq[m][j][1] = __byte_perm(lo, hi, 0x7362);
+            if constexpr (K4) {
+                const uint32_t lo = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j]);
+                const uint32_t hi = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j + 32]);
+                Bq[m][j][0] = __byte_perm(lo, hi, 0x5140);
+                Bq[m][j][1] = __byte_perm(lo, hi, 0x7362);
+            } else {
+                Bq[m][j][0] = *((const uint32_t *) &sh_q[g][64*m + 32*j + 4*t]);
+                Bq[m][j][1] = *((const uint32_t *) &sh_q[g][64*m + 32*j + 16 + 4*t]);
+            }
         }
     }
     float qd[NB][2];  // scale of Q per block for the C columns 2t, 2t+1, times the int8 table's step
@@ -291,8 +312,8 @@ static __global__ void flash_attn_ext_turbo_mma(
     if constexpr (stage) {
         if (blockIdx.y*T < k_VKQ_max) {
             const int kw = blockIdx.y*T + warp*32;
-            ggml_cuda_turbo_fa_mma_stage(stage_warp,         K + (int64_t) (kw + lane)*nb11, lane);
-            ggml_cuda_turbo_fa_mma_stage(stage_warp + 32*SL, V + (int64_t) (kw + lane)*nb21, lane);
+            ggml_cuda_turbo_fa_mma_stage<RBK>(stage_warp,         K + (int64_t) (kw + lane)*nb11, lane);
+            ggml_cuda_turbo_fa_mma_stage<RBV>(stage_warp + 32*SL, V + (int64_t) (kw + lane)*nb21, lane);
         }
         ggml_cuda_turbo_fa_dec_cp_commit();
     }
@@ -305,8 +326,8 @@ static __global__ void flash_attn_ext_turbo_mma(
             const int kn = k0 + gridDim.y*T;
             if (kn < k_VKQ_max) {  // the next tile into the other buffer (read in the previous iteration)
                 char * nK = stage_warp + (buf ^ 1)*nwarps*64*SL;
-                ggml_cuda_turbo_fa_mma_stage(nK,         K + (int64_t) (kn + warp*32 + lane)*nb11, lane);
-                ggml_cuda_turbo_fa_mma_stage(nK + 32*SL, V + (int64_t) (kn + warp*32 + lane)*nb21, lane);
+                ggml_cuda_turbo_fa_mma_stage<RBK>(nK,         K + (int64_t) (kn + warp*32 + lane)*nb11, lane);
+                ggml_cuda_turbo_fa_mma_stage<RBV>(nK + 32*SL, V + (int64_t) (kn + warp*32 + lane)*nb21, lane);
             }
             ggml_cuda_turbo_fa_dec_cp_commit();
             ggml_cuda_turbo_fa_dec_cp_wait_prev();  // this tile's copies (of this lane) are done
@@ -323,21 +344,36 @@ static __global__ void flash_attn_ext_turbo_mma(
             for (int rr = 0; rr < 2; ++rr) {
                 const char * Kr = K_k0 + (2*mt + rr)*nb11_8;
                 const uint32_t * W = stage ? (const uint32_t *) (sK + (16*mt + 8*rr + g)*SL + ((uintptr_t) Kr & 15)) : (const uint32_t *) Kr;
-                uint32_t w[NB][2];
-                w[0][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t);
-                w[0][1] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t + 16);
-                w[1][0] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t);
-                w[1][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t + 16);
-                const uint32_t d0 = ggml_cuda_turbo_fa_mma_scale4<0>(W);
-                const uint32_t d1 = ggml_cuda_turbo_fa_mma_scale4<1>(W);
-                dk[rr][0] = __half2float(*((const half *) &d0));
-                dk[rr][1] = __half2float(*((const half *) &d1));
+                if constexpr (K4) {
+                    uint32_t w[NB][2];
+                    w[0][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t);
+                    w[0][1] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t + 16);
+                    w[1][0] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t);
+                    w[1][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t + 16);
+                    const uint32_t d0 = ggml_cuda_turbo_fa_mma_scale4<0>(W);
+                    const uint32_t d1 = ggml_cuda_turbo_fa_mma_scale4<1>(W);
+                    dk[rr][0] = __half2float(*((const half *) &d0));
+                    dk[rr][1] = __half2float(*((const half *) &d1));
 #pragma unroll
-                for (int m = 0; m < NB; ++m) {
+                    for (int m = 0; m < NB; ++m) {
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                        A[m][j][rr + 0] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j], tK, m4);        // cols 4t..: (o, o+32, o+1, o+33)
-                        A[m][j][rr + 2] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j] >> 16, tK, m4);  // cols 16+4t..: (o+2, o+34, o+3, o+35)
+                        for (int j = 0; j < 2; ++j) {
+                            A[m][j][rr + 0] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j], tK, m4);        // cols 4t..: (o, o+32, o+1, o+33)
+                            A[m][j][rr + 2] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j] >> 16, tK, m4);  // cols 16+4t..: (o+2, o+34, o+3, o+35)
+                        }
+                    }
+                } else {  // elements 16q + 4t .. +3 of block m in v[4m + q] (the decode kernel's K lanes)
+                    int   v[D/16];
+                    float dkm[NB];
+                    ggml_cuda_turbo_fa_dec_K<type_K, D>((const char *) W, t, v, dkm);
+#pragma unroll
+                    for (int m = 0; m < NB; ++m) {
+                        dk[rr][m] = dkm[m];
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            A[m][j][rr + 0] = (uint32_t) v[4*m + 2*j];
+                            A[m][j][rr + 2] = (uint32_t) v[4*m + 2*j + 1];
+                        }
                     }
                 }
             }
@@ -408,8 +444,10 @@ static __global__ void flash_attn_ext_turbo_mma(
                 Bp[rr] = ggml_cuda_turbo_movmatrix(*((const uint32_t *) &p));
             }
             // V rows 2t + 8 rp + {0, 1}: their indices at qs offset 4g of each block, interleaved
-            uint32_t pw[2][NB][2];  // [rp][block][s: elements < 32 / >= 32], nibbles (row 2t, row 2t+1) per element
-            half2    dv[2][NB];     // (d of row 2t, d of row 2t+1) per block
+            // turbo4: pw = both rows' indices, nibble by nibble; other types: sel = each row's selectors
+            uint32_t pw[2][NB][2];     // [rp][block][s: elements < 32 / >= 32], nibbles (row 2t, row 2t+1) per element
+            uint32_t sel[2][2][NB][2]; // [rp][r][block][s]: elements 4g .. +3 (s = 0) and 32 + 4g .. +3 (s = 1)
+            half2    dv[2][NB];        // (d of row 2t, d of row 2t+1) per block
 #pragma unroll
             for (int rp = 0; rp < 2; ++rp) {
                 uint32_t iw[2][NB];
@@ -418,15 +456,26 @@ static __global__ void flash_attn_ext_turbo_mma(
                 for (int r = 0; r < 2; ++r) {
                     const char * Vr = V_k0 + (2*mt + rp)*nb21_8 + r*nb21;
                     const uint32_t * W = stage ? (const uint32_t *) (sK + (32 + 16*mt + 8*rp + 2*t + r)*SL + ((uintptr_t) Vr & 15)) : (const uint32_t *) Vr;
-                    iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
-                    iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
-                    ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
-                    ds[r][1] = ggml_cuda_turbo_fa_mma_scale4<1>(W);
+                    if constexpr (V4) {
+                        iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
+                        iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
+                        ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
+                        ds[r][1] = ggml_cuda_turbo_fa_mma_scale4<1>(W);
+                    } else {
+#pragma unroll
+                        for (int m = 0; m < NB; ++m) {
+                            const block_V * b = (const block_V *) W + m;
+                            ggml_cuda_turbo_fa_dec_V_sel<type_V>(b, g, sel[rp][r][m][0], sel[rp][r][m][1]);
+                            ds[r][m] = *((const uint16_t *) &b->d);
+                        }
+                    }
                 }
 #pragma unroll
                 for (int m = 0; m < NB; ++m) {
-                    pw[rp][m][0] = (iw[0][m] & 0x0F0F0F0F) | ((iw[1][m] << 4) & 0xF0F0F0F0);
-                    pw[rp][m][1] = ((iw[0][m] >> 4) & 0x0F0F0F0F) | (iw[1][m] & 0xF0F0F0F0);
+                    if constexpr (V4) {
+                        pw[rp][m][0] = (iw[0][m] & 0x0F0F0F0F) | ((iw[1][m] << 4) & 0xF0F0F0F0);
+                        pw[rp][m][1] = ((iw[0][m] >> 4) & 0x0F0F0F0F) | (iw[1][m] & 0xF0F0F0F0);
+                    }
                     const uint32_t d2 = ds[0][m] | (ds[1][m] << 16);
                     dv[rp][m] = *((const half2 *) &d2);
                 }
@@ -447,11 +496,23 @@ static __global__ void flash_attn_ext_turbo_mma(
                         uint32_t Av[4];
 #pragma unroll
                         for (int rp = 0; rp < 2; ++rp) {
-                            const uint32_t sel = pw[rp][m][s] >> (16*kp);
-                            const uint32_t lo  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel, tVlo, m4);
-                            const uint32_t hi  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel, tVhi, m4);
-                            Av[2*rp + 0] = __byte_perm(lo, hi, 0x5140);  // (row 2t, row 2t+1) of element e
-                            Av[2*rp + 1] = __byte_perm(lo, hi, 0x7362);  // of element e + 1
+                            if constexpr (V4) {
+                                const uint32_t sl = pw[rp][m][s] >> (16*kp);
+                                const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);
+                                const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVhi, m4);
+                                Av[2*rp + 0] = __byte_perm(lo, hi, 0x5140);  // (row 2t, row 2t+1) of element e
+                                Av[2*rp + 1] = __byte_perm(lo, hi, 0x7362);  // of element e + 1
+                            } else {  // each row's 4 elements as two half2, then paired across the rows
+                                uint32_t x[2];
+#pragma unroll
+                                for (int r = 0; r < 2; ++r) {
+                                    const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][r][m][s], tVlo, m4);
+                                    const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][r][m][s], tVhi, m4);
+                                    x[r] = __byte_perm(lo, hi, kp ? 0x7362 : 0x5140);  // elements e, e + 1 of row r
+                                }
+                                Av[2*rp + 0] = __byte_perm(x[0], x[1], 0x5410);  // (row 2t, row 2t+1) of element e
+                                Av[2*rp + 1] = __byte_perm(x[0], x[1], 0x7632);  // of element e + 1
+                            }
                         }
                         ggml_cuda_turbo_mma_f16(O[4*m + 2*s + kp], Av, Bv);
                     }
