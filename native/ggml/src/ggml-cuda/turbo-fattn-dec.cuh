@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 1
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 4  // the tensor-core kernel (session 12's H200 run; it runs variant 1 where it does not cover the shape)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -51,7 +51,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
     return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
 }
 
-// Variants (GGML_CUDA_TURBO_FA_DEC=1..4, one build measures all; docs/CUDA.md "session 11", "session 12"):
+// Variants (GGML_CUDA_TURBO_FA_DEC=1..5, one build measures all; docs/CUDA.md "session 11", "session 12"):
 //   1: K and V rows read straight from global memory by the lanes that decode them (2-byte loads:
 //      a turbo4 block's indices start at byte 2), the next tile's loads only after this tile's math.
 //   2: staged: each warp copies its 32 K and 32 V rows of the NEXT tile into shared memory with
