@@ -38,7 +38,8 @@ from .errors import json_body
 from .ollama import RequestError
 from .modelfile import ModelFile
 from .openai_api import drop_cut_character
-from .runners import Manager, Runner
+from .manager import Manager
+from .runner import Runner
 
 router = APIRouter()
 log = logging.getLogger("tqgguf.server")
