@@ -408,9 +408,11 @@ class Manager:
             return done
 
     def loaded(self) -> list[Runner]:
+        """The runners whose child is up or coming up (ready, loading, restarting): ``/api/ps``."""
         return [r for r in self.runners.values() if r.state in ("ready", "loading", "restarting")]
 
     def expires_in(self, r: Runner) -> float | None:
+        """Seconds until ``r``'s keep-alive runs out (negative once due), None for never."""
         return None if r.expires_at is None else r.expires_at - time.monotonic()
 
     async def reap(self, period: float = 0.5) -> None:

@@ -135,9 +135,13 @@ class Runner:
 
     @property
     def key(self) -> tuple[str, str]:
+        """``(model path, kind)``: this runner's key in ``Manager.runners``."""
         return (str(self.model.path), self.kind)
 
     def spec(self) -> ChildSpec:
+        """The child's command line as a ChildSpec: serve's settings, this runner's context and
+        load, the draft and projector for the model ``serve`` was started with. Raises ChildError
+        when the engine settings do not fit this model."""
         s, c = self.config.settings, self.config
         return ChildSpec(binary=c.llama_server, model=self.model.path, alias=self.model.name, n_ctx=self.n_ctx,
                          n_parallel=s.num_parallel, ctk=s.cache_type_k, ctv=s.cache_type_v,
@@ -403,6 +407,9 @@ class Runner:
         return {m.group(1): m.group(2) for m in map(_OVERRIDDEN_ENV.search, self.load_lines) if m}
 
     def status(self) -> dict[str, Any]:
+        """This runner as ``/health`` lists it under ``runners``: name, kind, state, pid, port,
+        n_ctx, active requests, restarts, the last exit and log lines, the error; the draft's
+        acceptance counts and the projector where there are."""
         c = self.child
         return {"name": self.model.name, "kind": self.kind, "state": self.state, "pid": c.pid if c else None,
                 "port": c.port if c else None, "n_ctx": self.n_ctx, "active_requests": self.active,
