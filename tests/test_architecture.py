@@ -137,6 +137,10 @@ def test_the_graph_covers_the_package():
     ("tqgguf.quality", "tqgguf.commands"),
     ("tqgguf.server", "tqgguf.commands"),
     ("tqgguf.sweep", "tqgguf.commands"),
+    ("tqgguf.server.child", "tqgguf.server.runner"),    # a process knows nothing of who runs it
+    ("tqgguf.server.runner", "tqgguf.server.manager"),  # one model's child, not which models are loaded
+    ("tqgguf.server.load_options", "tqgguf.server.runner"),  # Ollama's options are data
+    ("tqgguf.server.ollama", "tqgguf.server.runner"),   # translating a request starts nothing
 ])
 def test_layers_point_one_way(low, forbidden):
     g = import_graph()

@@ -147,6 +147,8 @@ def test_request_body_limit_sizes(text, size):
     ("TQGGUF_NUM_PARALLEL", "1025", "from 0 to 1024 (0 = auto"),
     ("OLLAMA_MAX_LOADED_MODELS", "-1", "from 0 to 64 (0 = auto"),
     ("TQGGUF_BODY_TIMEOUT", "soon", "5m"),
+    ("TQGGUF_BODY_TIMEOUT", "-1s", "0 for no limit"),  # not "forever" as a keep-alive's: refused
+    ("TQGGUF_BODY_TIMEOUT", "-1", "0 for no limit"),
     ("OLLAMA_NUM_PARALLEL", "two", "integer"),
     ("TQGGUF_KEEP_ALIVE", "5 minutes", "5m"),
     ("OLLAMA_KEEP_ALIVE", "1d", "1h30m"),
@@ -397,7 +399,7 @@ def test_max_loaded_models_zero_is_auto_three_per_gpu_as_ollama():
     assert resolve_settings({}, {"OLLAMA_MAX_LOADED_MODELS": "0", "TQGGUF_MAX_LOADED_MODELS": "2"}).max_loaded_models == 2
 
 
-@pytest.mark.parametrize("text, seconds", [("30s", 30.0), ("500ms", 0.5), ("2", 2.0), ("0", 0.0), ("-1", 0.0)])
+@pytest.mark.parametrize("text, seconds", [("30s", 30.0), ("500ms", 0.5), ("2", 2.0), ("0", 0.0), ("-0s", 0.0)])
 def test_body_timeout_durations_and_zero_for_no_limit(text, seconds):
     s = resolve_settings({}, {"TQGGUF_BODY_TIMEOUT": text})
     assert s.body_timeout == seconds

@@ -18,6 +18,7 @@ CLI refusals run short-lived processes that never load a model.
 from __future__ import annotations
 
 import base64
+import re
 import struct
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import httpx
 import pytest
 
 from tests.synthetic import tiny_mmproj_gguf
+from tqgguf.server.media import content_parts
 from tests.test_server import Server, _clean_env, _serve_cmd
 
 ollama = pytest.importorskip("ollama")
@@ -189,6 +191,54 @@ def test_ollama_generate_images_raw_or_templated_and_no_context(vision):
     r = vision.http.post("/api/generate", json={"model": ALIAS, "prompt": "x", "images": [base64.b64encode(
         png(8, 8, 1)).decode()], "context": [1, 2, 3], "stream": False})
     assert r.status_code == 400 and "context cannot be combined with images" in r.json()["error"]
+
+
+def _picture_chat(turns: int) -> list[dict]:
+    """An Ollama conversation: a system prompt, ``turns`` questions each with a picture of its own
+    and a short answer, then the latest question with its picture (base64, as Ollama sends them)."""
+    b64 = lambda seed: base64.b64encode(png(40, 30, seed)).decode()  # noqa: E731
+    msgs = [{"role": "system", "content": "You name each picture in one word."}]
+    for i in range(turns):
+        msgs += [{"role": "user", "content": f"Picture {i}: what is it?", "images": [b64(100 + i)]},
+                 {"role": "assistant", "content": "A pattern."}]
+    return msgs + [{"role": "user", "content": "And this last one?", "images": [b64(99)]}]
+
+
+def _as_openai(msgs: list[dict]) -> list[dict]:
+    """The same messages as the OpenAI API takes them (what /api/chat sends llama-server)."""
+    return [{"role": m["role"], "content": content_parts(m["content"], m["images"])}
+            if "images" in m else m for m in msgs]
+
+
+def test_a_chat_with_images_longer_than_the_context_keeps_the_system_prompt_and_the_latest_image(vision):
+    msgs = _picture_chat(24)  # about twice the context
+    r = vision.http.post("/api/chat", json={"model": ALIAS, "messages": msgs, "stream": False,
+                                            "options": {**GREEDY, "num_predict": 2}})
+    assert r.status_code == 200, r.text
+    assert r.json()["done"] and r.json()["eval_count"] > 0
+    note = re.fullmatch(r"(\d+) of (\d+) messages, (\d+) of (\d+) tokens, (\d+) of (\d+) images dropped",
+                        r.headers["X-Tqgguf-Truncated"])
+    assert note, r.headers
+    dropped, n_msgs, dropped_tok, total, dropped_img, n_img = map(int, note.groups())
+    assert (n_msgs, n_img) == (len(msgs), 25) and total > CTX and 0 < dropped <= len(msgs) - 2
+    # what was kept: the system prompt, then the latest messages, the last one with its picture
+    kept = [msgs[0]] + msgs[1 + dropped:]
+    assert dropped_img == sum("images" in m for m in msgs[1:1 + dropped])
+    # the kept prompt as llama-server counts it when it answers, image tokens included
+    n_kept = vision.oa.chat.completions.create(model=ALIAS, messages=_as_openai(kept), max_tokens=1,
+                                               temperature=0).usage.prompt_tokens
+    assert n_kept == total - dropped_tok < CTX
+    # and the first start that fits: one message more would not
+    more = vision.http.post("/v1/chat/completions/input_tokens",
+                            json={"model": ALIAS, "messages": _as_openai([msgs[0]] + msgs[dropped:])})
+    assert more.json()["input_tokens"] >= CTX
+    log = vision.log()
+    assert (f"the chat prompt ({total} tokens, {n_msgs} messages) is longer than the context ({CTX} tokens): dropped "
+            f"the {dropped} oldest non-system message(s), {dropped_tok} tokens, as Ollama truncates; kept "
+            f"{len(kept)} message(s), {n_kept} tokens; images: {dropped_img} dropped, {n_img - dropped_img} kept") in log
+    # streamed through the real client, the same conversation answers too
+    parts = list(vision.ol.chat(model=ALIAS, messages=msgs, stream=True, options={**GREEDY, "num_predict": 2}))
+    assert parts[-1].done and parts[-1].eval_count > 0
 
 
 def test_bad_images_are_400s_that_name_the_field(vision):

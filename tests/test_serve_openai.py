@@ -219,6 +219,31 @@ def test_llama_server_routes_through_the_front(srv):
     assert rr.status_code == 400 and "not a reranking model" in rr.json()["error"]["message"]
 
 
+INFILL = {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n\n\nprint(add(2, 3))\n",
+          "n_predict": 6, "temperature": 0}
+
+
+def test_infill_through_the_front_fills_the_middle_with_a_fim_model(srv, qwen):
+    done = srv.http.post("/infill", json={"model": qwen, **INFILL})
+    assert done.status_code == 200, done.text
+    done = done.json()
+    # Qwen2.5-Coder's FIM tokens around the prefix and suffix: the middle is the sum
+    assert "a + b" in done["content"] and 0 < done["tokens_predicted"] <= INFILL["n_predict"], done
+    with srv.http.stream("POST", "/infill", json={"model": qwen, **INFILL, "stream": True}) as r:
+        assert r.status_code == 200
+        events = [json.loads(ln[5:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    assert "".join(e["content"] for e in events) == done["content"] and events[-1]["stop"] is True
+    # bodies llama-server answers with a 500 (or a 200 that ignores the field) are 400s naming the field
+    for bad, param, needle in [({"input_suffix": "x"}, "input_prefix", "input_prefix is required"),
+                               ({"input_prefix": 1, "input_suffix": "x"}, "input_prefix", "must be a string"),
+                               ({"input_prefix": "a", "input_suffix": "x", "prompt": 5}, "prompt", "must be a string")]:
+        e = srv.http.post("/infill", json={"model": qwen, **bad}).json()["error"]
+        assert (e["code"], e["param"]) == (400, param) and needle in e["message"], e
+    # a model without FIM tokens (SmolLM2): llama-server's own 501, naming what is missing
+    e = srv.http.post("/infill", json=INFILL)
+    assert e.status_code == 501 and "Infill is not supported by this model" in e.json()["error"]["message"]
+
+
 def test_responses_and_anthropic_messages_through_the_front(srv):
     r = srv.oa.responses.create(model=ALIAS, input="Say hi", max_output_tokens=5, temperature=0)
     assert r.output_text and r.usage.output_tokens <= 5

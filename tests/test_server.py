@@ -961,7 +961,11 @@ def test_ollama_options_map_to_llama_server_fields_and_check_load_option_types()
 def test_load_plan_names_the_option_the_value_and_what_the_server_runs_with(model_path):
 
     from tqgguf.config import resolve_settings
-    from tqgguf.server.runners import LoadOptionRefused, Manager, ModelFile, Runner, ServeConfig
+    from tqgguf.server.load_options import LoadOptionRefused
+    from tqgguf.server.manager import Manager
+    from tqgguf.server.modelfile import ModelFile
+    from tqgguf.server.runner import Runner
+    from tqgguf.server.serveconfig import ServeConfig
 
     settings = resolve_settings({"cache_type_k": "f16", "cache_type_v": "f16", "context_length": 256,
                                  "num_parallel": 2}, {})
@@ -999,7 +1003,9 @@ def test_load_plan_names_the_option_the_value_and_what_the_server_runs_with(mode
 def test_startup_lines_say_where_the_context_and_its_maximum_come_from(model_path, flags, env, slots, num_ctx):
     from tqgguf.config import resolve_settings
     from tqgguf.server.run import startup_summary
-    from tqgguf.server.runners import Manager, Runner, ServeConfig
+    from tqgguf.server.manager import Manager
+    from tqgguf.server.runner import Runner
+    from tqgguf.server.serveconfig import ServeConfig
 
     settings = resolve_settings(flags, env)
     cfg = ServeConfig(model_path=model_path, alias=ALIAS, settings=settings, llama_server=Path("/x/llama-server"))

@@ -214,9 +214,22 @@ def auto_max_loaded_models(n_gpus: int) -> int:
 DEFAULT_BODY_TIMEOUT_S = 60.0
 
 
+#: What TQGGUF_BODY_TIMEOUT takes (its errors say it): Go durations and seconds as keep-alive's,
+#: but 0 is "no limit" and a negative value means nothing, so it is refused.
+BODY_TIMEOUT_ALLOWED = "a duration like 60s, 5m, 500ms, a number of seconds (60), or 0 for no limit"
+
+
 def _body_timeout(value: Any) -> float:
-    secs = parse_duration(value)
-    return 0.0 if secs <= 0 else secs
+    """TQGGUF_BODY_TIMEOUT's value in seconds (0: no limit). Raises ValueError, naming
+    :data:`BODY_TIMEOUT_ALLOWED`, for a value that is not a duration, one too long, and a
+    negative one (keep-alive's "forever" has no meaning for a wait, and "no limit" is 0)."""
+    try:
+        secs = parse_duration(value)
+    except ValueError as e:  # parse_duration's reason, without its keep-alive advice
+        raise ValueError(f"{str(e).split(';')[0].split('. ')[0]}; allowed: {BODY_TIMEOUT_ALLOWED}") from None
+    if secs < 0:
+        raise ValueError(f"a negative wait; allowed: {BODY_TIMEOUT_ALLOWED}")
+    return abs(secs)  # -0s: 0.0
 
 
 def default_models_dir() -> Path:

@@ -6,8 +6,12 @@ grammar-constrained JSON, tool calling through the chat template, embeddings,
 ``/metrics``). tqgguf runs it as a supervised child and fronts it:
 
 - ``child``: one llama-server process: command line, start, readiness, log, stop;
-- ``runners``: which models are loaded (on demand, keep-alive, num_ctx reloads,
-  restarts after a crash, OLLAMA_MAX_LOADED_MODELS);
+- ``runner``: one model in one llama-server child (start, log, restarts after a crash,
+  the connection pool to it);
+- ``manager``: which models are loaded (on demand, keep-alive, num_ctx and load-option
+  reloads, OLLAMA_MAX_LOADED_MODELS, the models that can be served, shutdown);
+- ``load_options``: Ollama's load-time options and the load they describe;
+  ``serveconfig``: what serve runs with (``ServeConfig``);
 - ``modelfile``: a servable model's names and GGUF metadata (header only);
 - ``ollama``: Ollama's request/response fields to and from llama-server's;
 - ``routes_openai``, ``routes_ollama``, ``routes_misc``: one FastAPI router per API (OpenAI
@@ -21,6 +25,7 @@ grammar-constrained JSON, tool calling through the chat template, embeddings,
 from __future__ import annotations
 
 from .run import PortError, bind_socket, serve, startup_summary
-from .runners import Manager, ServeConfig
+from .manager import Manager
+from .serveconfig import ServeConfig
 
 __all__ = ["Manager", "ServeConfig", "PortError", "bind_socket", "serve", "startup_summary"]

@@ -13,10 +13,10 @@
 - ``cors``: Ollama's allowed origins and ``OLLAMA_ORIGINS``, on both APIs;
 - ``proxy``: every call to a model's llama-server; ``errors``: each API's error shape, the
   exception handlers and the request-body limit; ``dependencies``: the shared
-  :class:`~.runners.Manager` (models loaded on demand), kept on ``app.state``.
+  :class:`~.manager.Manager` (models loaded on demand), kept on ``app.state``.
 
 A child dying mid-request gives that request a 502 (or, once a stream has started, a final
-error event), and the runner restarts it (``runners``).
+error event), and the runner restarts it (``runner``).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from . import routes_llama, routes_manage, routes_misc, routes_ollama, routes_openai
 from .cors import OllamaCors
 from .errors import BodyLimit, add_error_handlers
-from .runners import Manager
+from .manager import Manager
 
 
 def _version() -> str:

@@ -2,8 +2,8 @@
 
 ``tqgguf serve`` runs llama.cpp's own server (built from the same patched tree by
 ``tqgguf build``) as a child on a private loopback port and fronts it (see ``app``).
-This module knows nothing about HTTP routes; ``runners`` decides when a child starts,
-restarts or stops.
+This module knows nothing about HTTP routes; ``manager`` decides when a child starts or
+stops, and ``runner`` restarts one that crashed.
 
 No orphans: the child is started with ``PR_SET_PDEATHSIG`` (Linux), so it gets SIGKILL
 if tqgguf dies without stopping it (not SIGTERM: llama-server's SIGTERM handler takes a

@@ -1,4 +1,4 @@
-"""What the routes share, as FastAPI dependencies: the :class:`~.runners.Manager` (which
+"""What the routes share, as FastAPI dependencies: the :class:`~.manager.Manager` (which
 models are loaded, and how to get a runner for a request), stored on ``app.state`` by
 ``create_app``. A route takes it as a parameter, ``manager: ManagerDep``; a plain
 Starlette route (no dependency solving) calls :func:`manager_of` itself."""
@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from .runners import Manager
+from .manager import Manager
 
 
 def manager_of(request: Request) -> Manager:

@@ -25,8 +25,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..values import format_duration, format_size
 from .child import ChildError
+from .load_options import LoadOptionRefused
+from .manager import ContextTooLarge, ModelNotFound, ModelRefused
 from .ollama import RequestError
-from .runners import ContextTooLarge, LoadOptionRefused, ModelNotFound, ModelRefused, Unavailable
+from .runner import Unavailable
 
 log = logging.getLogger("tqgguf.server")
 

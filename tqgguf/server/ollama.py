@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import MIN_CONTEXT
 from ..values import parse_duration
-from .runners import LOAD_OPTIONS
+from .load_options import LOAD_OPTIONS
 
 #: The Ollama API level these routes follow (logprobs on /api/chat and /api/generate came in 0.12.11).
 OLLAMA_API_VERSION = "0.12.11"
@@ -94,7 +94,7 @@ def model_defaults(params: dict[str, Any]) -> dict[str, Any]:
 def options(body: dict, defaults: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """llama-server sampling fields for the request's ``options`` (Ollama defaults first, then
     ``defaults``, the model's own parameters: :func:`model_defaults`; as Ollama layers them),
-    and its load-time options (``runners.LOAD_OPTIONS``: num_ctx, num_batch, num_thread,
+    and its load-time options (``load_options.LOAD_OPTIONS``: num_ctx, num_batch, num_thread,
     num_gpu, use_mmap, ...) with their values type-checked; the runner compares those with
     what the model runs with (``Manager.plan_load``). Raises RequestError for an unknown
     option or a value of the wrong type or range."""

@@ -29,7 +29,8 @@ from fastapi.responses import Response, StreamingResponse
 from .child import describe_exit
 from .errors import ChildGone, ClientLeft, openai_error, upstream_error
 from .ollama import RequestError
-from .runners import Manager, Runner
+from .manager import Manager
+from .runner import Runner
 
 _T = TypeVar("_T")
 

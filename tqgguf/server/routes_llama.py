@@ -7,7 +7,8 @@ the OpenAI routes; for a GET by ``?model=``):
   API), ``/v1/messages`` and ``/v1/messages/count_tokens`` (Anthropic's Messages API),
   ``/v1/responses/input_tokens``, ``/v1/chat/completions/input_tokens``, ``/completion``
   and ``/completions`` (llama-server's native completion), ``/infill`` (fill-in-the-middle,
-  for models with FIM tokens), ``/tokenize``, ``/detokenize``, ``/apply-template``;
+  for models with FIM tokens; a body llama-server would answer with a 500 is a 400 here:
+  :func:`check_infill`), ``/tokenize``, ``/detokenize``, ``/apply-template``;
   ``GET /props``, ``GET /slots``;
 - embeddings and reranking, on its embeddings child: ``/embedding``, ``/embeddings``, and
   ``/rerank``, ``/reranking``, ``/v1/rerank``, ``/v1/reranking`` for a reranking model (GGUF
@@ -19,6 +20,8 @@ pass), ``/lora-adapters``, ``/v1/audio/transcriptions``, and llama-server's web 
 and MCP routes.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -44,10 +47,31 @@ POST_ROUTES: dict[str, str] = {
 GET_ROUTES = ("/props", "/slots")
 
 
+def check_infill(body: dict) -> None:
+    """Refuse an ``/infill`` body llama-server mishandles, with a 400 naming the field
+    (RequestError): ``input_prefix`` or ``input_suffix`` missing or not a string (llama-server:
+    a 500 carrying its JSON library's exception), ``prompt`` not a string (llama-server builds
+    that error but answers 200, generating as if there were no prompt). The rest (``input_extra``,
+    a model without FIM tokens: 501) llama-server answers well itself."""
+    for key, what in (("input_prefix", "the code before the cursor"), ("input_suffix", "the code after it")):
+        if not isinstance(body.get(key), str):
+            why = "is required" if key not in body else "must be a string"
+            raise RequestError(400, f"{key} {why}: {what} (a string, empty allowed)", param=key)
+    if "prompt" in body and not isinstance(body["prompt"], str):
+        raise RequestError(400, "prompt must be a string: text after the FIM middle token, where the answer "
+                                "starts", param="prompt")
+
+
+#: Checks of a passed-through route's body, before it reaches llama-server (RequestError: a 400).
+BODY_CHECKS: dict[str, Callable[[dict], None]] = {"/infill": check_infill}
+
+
 async def passthrough(request: Request) -> Response:
     path = request.url.path
     kind = POST_ROUTES[path]
     raw, body = await json_object(request)
+    if (check := BODY_CHECKS.get(path)) is not None:
+        check(body)
     manager = manager_of(request)
     if kind == "rerank":
         model = manager.find(body.get("model") if isinstance(body.get("model"), str) else None)

@@ -27,7 +27,7 @@ from . import ollama as ol
 from .dependencies import ManagerDep
 from .errors import json_body
 from .ollama import RequestError
-from .runners import Manager
+from .manager import Manager
 
 router = APIRouter()
 log = logging.getLogger("tqgguf.server")

@@ -35,10 +35,11 @@ from . import proxy
 from .child import MEDIA_MARKER
 from .dependencies import ManagerDep
 from .errors import json_body
+from .manager import Manager
 from .ollama import RequestError
 from .modelfile import ModelFile
 from .openai_api import drop_cut_character
-from .runners import Manager, Runner
+from .runner import Runner
 
 router = APIRouter()
 log = logging.getLogger("tqgguf.server")
@@ -181,13 +182,20 @@ def exceeded_context(e: RequestError) -> tuple[int, int] | None:
 
 
 async def prompt_tokens(r: Runner, payload: dict, messages: list[dict]) -> int:
-    """Tokens of ``messages`` as llama-server's chat endpoint will prompt them: its
-    ``/apply-template`` (the GGUF's chat template, with the request's tools and template
-    switches) and ``/tokenize`` (special tokens added and parsed, as the chat endpoint does)."""
-    tpl = {"messages": messages, **{k: payload[k] for k in ("tools", "chat_template_kwargs") if k in payload}}
-    text = (await proxy.call_ok(r, "/apply-template", tpl))["prompt"]
-    return len((await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": True,
-                                                     "parse_special": True}))["tokens"])
+    """Tokens of ``messages`` as llama-server's chat endpoint will prompt them, images
+    included: its ``/v1/chat/completions/input_tokens`` (the GGUF's chat template with the
+    request's tools and template switches, special tokens added and parsed, and each image as
+    the tokens its projector makes of it, as the chat endpoint counts them; a template and
+    ``/tokenize`` would count an image as its marker's few text tokens). RequestError when
+    llama-server refuses the messages."""
+    body = {"messages": messages, **{k: payload[k] for k in ("tools", "chat_template_kwargs") if k in payload}}
+    return int((await proxy.call_ok(r, "/v1/chat/completions/input_tokens", body))["input_tokens"])
+
+
+def _images(msgs: list[dict]) -> int:
+    """Media parts (:data:`~.media.MEDIA_PARTS`: images) in OpenAI-form messages."""
+    return sum(1 for m in msgs if isinstance(m.get("content"), list)
+               for p in m["content"] if isinstance(p, dict) and p.get("type") in media.MEDIA_PARTS)
 
 
 async def fit_messages(count, msgs: list[dict], over: tuple[int, int], name: str) -> tuple[list[dict], str]:
@@ -197,12 +205,12 @@ async def fit_messages(count, msgs: list[dict], over: tuple[int, int], name: str
     until the prompt fits; the latest message always stays. Ollama tries each start in turn
     from the oldest; here the first start that fits is found by bisection (a later start never
     makes the prompt longer), a few template-and-tokenize calls for any length of history.
-    Logged with how many messages and tokens went; returns (messages, a note for the
+    Logged with how many messages, tokens and images went; returns (messages, a note for the
     ``X-Tqgguf-Truncated`` header). RequestError (400) when the latest message alone does not
     fit (Ollama then passes it on and llama-server refuses it the same way).
 
     Args:
-        count: ``await count(messages)`` -> the prompt's tokens (:func:`prompt_tokens`).
+        count: ``await count(messages)`` -> the prompt's tokens, images included (:func:`prompt_tokens`).
         msgs: the request's messages (OpenAI form); over: (prompt tokens, context) from
             :func:`exceeded_context`; name: the model, for the log.
     """
@@ -229,10 +237,13 @@ async def fit_messages(count, msgs: list[dict], over: tuple[int, int], name: str
                                 f"(num_ctx, as llama.cpp pads it); shorten it or raise num_ctx (the maximum: --max-ctx)")
     kept = start_at(lo)
     dropped = len(msgs) - len(kept)
-    note = f"{dropped} of {len(msgs)} messages, {n_prompt - kept_tokens} of {n_prompt} tokens dropped"
+    n_images, kept_images = _images(msgs), _images(kept)
+    images = f"; images: {n_images - kept_images} dropped, {kept_images} kept" if n_images else ""
+    note = f"{dropped} of {len(msgs)} messages, {n_prompt - kept_tokens} of {n_prompt} tokens" + \
+        (f", {n_images - kept_images} of {n_images} images" if n_images else "") + " dropped"
     log.warning("%s: the chat prompt (%d tokens, %d messages) is longer than the context (%d tokens): dropped the "
-                "%d oldest non-system message(s), %d tokens, as Ollama truncates; kept %d message(s), %d tokens",
-                name, n_prompt, len(msgs), n_ctx, dropped, n_prompt - kept_tokens, len(kept), kept_tokens)
+                "%d oldest non-system message(s), %d tokens, as Ollama truncates; kept %d message(s), %d tokens%s",
+                name, n_prompt, len(msgs), n_ctx, dropped, n_prompt - kept_tokens, len(kept), kept_tokens, images)
     return kept, note
 
 

@@ -32,7 +32,9 @@ from ..config import MODELS_PER_GPU
 from ..values import format_duration, format_size
 from ..engine import GPUOffloadError
 from .child import child_env_args, gpu_devices
-from .runners import Manager, Runner, ServeConfig
+from .manager import Manager
+from .runner import Runner
+from .serveconfig import ServeConfig
 
 log = logging.getLogger("tqgguf.server")
 
