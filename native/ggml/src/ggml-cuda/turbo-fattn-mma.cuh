@@ -157,8 +157,10 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
     }
 }
 
-template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false>
-__launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, 3)
+// min_blocks: resident blocks per SM asked of the compiler (3: <= 168 registers, 155 used at sm_90;
+// 4: <= 128, 128 used and no spill -- variant 6, not measured yet)
+template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3>
+__launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
         const char * K_ptr,
