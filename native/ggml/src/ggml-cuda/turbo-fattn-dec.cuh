@@ -51,7 +51,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
     return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
 }
 
-// Variants (GGML_CUDA_TURBO_FA_DEC=1..6, one build measures all; docs/CUDA.md "session 11", "session 12"):
+// Variants (GGML_CUDA_TURBO_FA_DEC=1..7, one build measures all; docs/CUDA.md "session 11", "session 12"):
 //   1: K and V rows read straight from global memory by the lanes that decode them (2-byte loads:
 //      a turbo4 block's indices start at byte 2), the next tile's loads only after this tile's math.
 //   2: staged: each warp copies its 32 K and 32 V rows of the NEXT tile into shared memory with
@@ -65,7 +65,9 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //   5: 4 with the rows staged a tile ahead in shared memory (cp.async), as 2 does for 1.
 //   6: 4 at 4 resident blocks per SM (128 registers, no spill): Nsight Compute found 4 latency-bound
 //      at its 12 warps per SM (session 12); not measured yet.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 6;
+//   7: 4 with a tile's V rows loaded before its K.Q (one DRAM wait per tile), 2 blocks per SM;
+//      turbo4 V only (other V types run 4); not measured yet.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 7;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -634,15 +636,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     return 1;
 }
 
-template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks>
+template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -674,6 +676,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 } else if (var == 6) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 }

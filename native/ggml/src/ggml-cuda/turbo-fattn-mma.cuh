@@ -158,8 +158,10 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 }
 
 // min_blocks: resident blocks per SM asked of the compiler (3: <= 168 registers, 155 used at sm_90;
-// 4: <= 128, 128 used and no spill -- variant 6, not measured yet)
-template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3>
+// 4: <= 128, 128 used and no spill -- variant 6, not measured yet). early_v (turbo4 V, not staged):
+// the tile's V words are loaded before its K.Q, so a warp waits on DRAM once per tile instead of
+// three times (K rows 0..15, 16..31, V), at the cost of 40 registers (variant 7, at 2 blocks per SM).
+template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -336,6 +338,27 @@ static __global__ void flash_attn_ext_turbo_mma(
             __syncwarp();                          // ... and those of the other lanes are visible
         }
 
+        // early_v: the raw words of this lane's V rows (the P.V section below reads them from here)
+        uint32_t Vw[2][2][2][5];  // [mt][rp][r]: words g, g+1, 9+g, 0, 8 of the row
+        if constexpr (early_v) {
+            static_assert(V4 && !stage, "early V loads: turbo4 V, rows from global memory");
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                for (int rp = 0; rp < 2; ++rp) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
+                        Vw[mt][rp][r][0] = W[g];
+                        Vw[mt][rp][r][1] = W[g + 1];
+                        Vw[mt][rp][r][2] = W[9 + g];
+                        Vw[mt][rp][r][3] = W[0];
+                        Vw[mt][rp][r][4] = W[8];
+                    }
+                }
+            }
+        }
+
         // ---- K.Q for rows kw + 16 mt + g + 8 rr
         float S[2][2][2];  // [mt][rr][hh]
 #pragma unroll
@@ -458,7 +481,12 @@ static __global__ void flash_attn_ext_turbo_mma(
                 for (int r = 0; r < 2; ++r) {
                     const char * Vr = V_k0 + (2*mt + rp)*nb21_8 + r*nb21;
                     const uint32_t * W = stage ? (const uint32_t *) (sK + (32 + 16*mt + 8*rp + 2*t + r)*SL + ((uintptr_t) Vr & 15)) : (const uint32_t *) Vr;
-                    if constexpr (V4) {
+                    if constexpr (early_v) {  // the same words as below, loaded before K.Q
+                        iw[r][0] = __byte_perm(Vw[mt][rp][r][0], Vw[mt][rp][r][1], 0x5432);
+                        iw[r][1] = Vw[mt][rp][r][2];
+                        ds[r][0] = Vw[mt][rp][r][3] & 0xFFFF;
+                        ds[r][1] = Vw[mt][rp][r][4] >> 16;
+                    } else if constexpr (V4) {
                         iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
                         iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
                         ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
