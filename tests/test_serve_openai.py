@@ -162,6 +162,13 @@ def test_cors_refuses_other_origins_with_403_as_ollama_and_leaves_same_origin_an
     assert srv.http.options("/api/chat").status_code == 405  # OPTIONS without CORS headers: no preflight
 
 
+def test_cors_preflight_asking_for_a_header_ollama_does_not_allow_gets_its_403(srv):
+    r = srv.http.options("/api/chat", headers={"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
+                                               "Access-Control-Request-Headers": "content-type,x-secret-token"})
+    assert r.status_code == 403 and "headers" in r.text.lower()
+    assert _preflight(srv, "/api/chat", "http://localhost:5173").status_code == 200  # the allowed ones still pass
+
+
 def test_llama_servers_all_origins_warning_is_gone_and_its_child_sets_no_cors(srv):
     assert "CORS allows all origins" not in srv.log()
     pid = srv.health()[1]["runners"][0]["pid"]

@@ -12,7 +12,8 @@ allows every origin. A request whose ``Origin`` is not allowed gets a 403, as fr
 Ollama refuses it), except a same-origin one (``Origin`` equal to ``http(s)://`` + ``Host``).
 A preflight (``OPTIONS`` with ``Access-Control-Request-Method``) is answered by the middleware
 on every route, with Ollama's allowed methods and headers (the OpenAI SDK's ``x-stainless-*``
-among them) and a max age of 12 h (gin-contrib's default).
+among them) and a max age of 12 h (gin-contrib's default); a preflight asking for another method
+or header gets gin-contrib's 403 (Starlette's middleware answers 400).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 
 from .errors import error
 
@@ -77,3 +79,11 @@ class OllamaCors(CORSMiddleware):
                                                       "(comma separated; '*' matches any text, '*' alone every origin)")
                 return await response(scope, receive, send)
         await super().__call__(scope, receive, send)
+
+    def preflight_response(self, request_headers):
+        """Starlette's preflight answer, except that a method or request header outside the allowed
+        lists gets gin-contrib/cors's 403 (Starlette answers 400), the text naming what was refused."""
+        response = super().preflight_response(request_headers)
+        if response.status_code == 400:
+            return PlainTextResponse(response.body.decode(), status_code=403, headers=dict(response.headers))
+        return response
