@@ -98,6 +98,23 @@ class Server:
         """llama-server's requests_processing gauge."""
         return self.metric("requests_processing")
 
+    def sigterm(self, threads=()) -> tuple[float, str]:
+        """Send SIGTERM, wait for the process and for ``threads`` (its clients); returns the seconds
+        from the signal to the exit, and the log. Asserts that the process ended by the signal
+        within the shutdown's grace period + 1.5 s."""
+        from tqgguf.server.run import SHUTDOWN_GRACE_S
+
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        for t in threads:
+            t.join(30)
+        log = self.log()
+        assert rc == -signal.SIGTERM, log[-3000:]
+        assert took < SHUTDOWN_GRACE_S + 1.5, f"exited {took:.2f} s after SIGTERM\n{log[-3000:]}"
+        return took, log
+
     def stop(self) -> None:
         self.http.close()
         if self.proc.poll() is None:

@@ -268,10 +268,11 @@ class Manager:
                 break
             await self._wait_for_room(model, room)
         try:
-            reloaded, changes = await self._load(r, key, fresh, num_ctx, default_ctx, load or {})
+            reloaded = await self._load(r, key, fresh, num_ctx, default_ctx, load or {})
         finally:
             r.waiting -= 1
-            self._room_changed()
+            if r.waiting == 0 and r.active == 0:  # e.g. its load failed: no request holds it now
+                self._room_changed()
         if self.runners.get(key) is not r:  # unloaded while this request waited: load it again
             return await self.runner(model, kind, num_ctx, load)
         if r.state != "ready":
@@ -279,11 +280,14 @@ class Manager:
         return r, reloaded
 
     async def _load(self, r: Runner, key: tuple[str, str], fresh: bool, num_ctx: int | None, default_ctx: int,
-                    load: dict[str, Any]) -> tuple[bool, list[str]]:
+                    load: dict[str, Any]) -> bool:
         """:meth:`runner`'s part under the runner's lock: start ``r`` (``fresh``) or reload it for
-        the request's context and load options; (reloaded for this request, what changed)."""
+        the request's context and load options; whether it was (re)loaded for this request."""
         model, kind = r.model, r.kind
-        await self._unless_shutdown(r.lock.acquire(), model)  # requests wait here while it loads or reloads
+        if r.lock.locked():  # requests wait here while it loads or reloads
+            await self._unless_shutdown(r.lock.acquire(), model)
+        else:  # the common case, without the two tasks of a guarded wait (the front's CPU per request)
+            await r.lock.acquire()
         reloaded, changes = False, []
         try:
             # as Ollama's scheduler (needsReload): any num_ctx that differs from the loaded one
@@ -328,7 +332,7 @@ class Manager:
                 r.reload_reason = ", ".join(changes)
         finally:
             r.lock.release()
-        return reloaded, changes
+        return reloaded
 
     async def _start(self, r: Runner, num_ctx: int | None, default_ctx: int, load: dict[str, Any],
                      changes: list[str]) -> None:
