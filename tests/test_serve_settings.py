@@ -36,6 +36,7 @@ BAD = {
     "cache_type_k": "q9_9", "cache_type_v": "q9_9", "flash_attention": "maybe", "host": "garbage",
     "port": ":99999", "context_length": "8", "num_parallel": "-1", "keep_alive": "5 minutes",
     "ollama_models": "{file}", "max_loaded_models": "many", "origins": "a**b",
+    "max_queue": "-1",
 }
 OLLAMA_ALIASED = [n for n in Settings.model_fields if any(e.startswith("OLLAMA_") for e in _var(n).env)]
 

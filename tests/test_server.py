@@ -98,6 +98,23 @@ class Server:
         """llama-server's requests_processing gauge."""
         return self.metric("requests_processing")
 
+    def sigterm(self, threads=()) -> tuple[float, str]:
+        """Send SIGTERM, wait for the process and for ``threads`` (its clients); returns the seconds
+        from the signal to the exit, and the log. Asserts that the process ended by the signal
+        within the shutdown's grace period + 1.5 s."""
+        from tqgguf.server.run import SHUTDOWN_GRACE_S
+
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        for t in threads:
+            t.join(30)
+        log = self.log()
+        assert rc == -signal.SIGTERM, log[-3000:]
+        assert took < SHUTDOWN_GRACE_S + 1.5, f"exited {took:.2f} s after SIGTERM\n{log[-3000:]}"
+        return took, log
+
     def stop(self) -> None:
         self.http.close()
         if self.proc.poll() is None:
@@ -1052,10 +1069,11 @@ def test_child_command_line_carries_every_setting():
 
     assert [val(f) for f in ("-c", "-np", "-ctk", "-ctv", "-fa", "-ngl", "-t", "--host", "--port", "-fit")] == \
         ["4096", "4", "q8_0", "turbo4", "on", "all", "3", "127.0.0.1", "5000", "off"]  # -c: total over the slots
-    assert "-b" not in a and "--no-mmap" not in a  # llama-server's defaults unless a request's options change them
+    assert "-b" not in a and "-lm" not in a  # llama-server's defaults unless a request's options change them
     b = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_batch=256,
                   use_mmap=False).argv(5000)
-    assert b[b.index("-b") + 1] == "256" and "--no-mmap" in b
+    # use_mmap false: this llama-server has no --no-mmap (it exits "invalid argument"); -lm none reads the model in
+    assert b[b.index("-b") + 1] == "256" and b[b.index("-lm") + 1] == "none" and "--no-mmap" not in b
     e = ChildSpec(binary=Path("/x/llama-server"), model=Path("/m.gguf"), alias="m", n_ctx=1024, n_parallel=4,
                   embedding=True).argv(5001)
     assert "--embeddings" in e and e[e.index("-np") + 1] == "1" and e[e.index("-ub") + 1] == "1024"

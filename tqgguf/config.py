@@ -386,6 +386,9 @@ class Settings(BaseModel):
                                           _max_loaded_models)] = Field(
         3, description="models serve keeps loaded at once; the least recently used idle one unloads for another "
                        f"(0 = auto, as Ollama: {MODELS_PER_GPU} per GPU, {MODELS_PER_GPU} on the CPU)")
+    max_queue: Annotated[int, Var((), ("TQGGUF_MAX_QUEUE", "OLLAMA_MAX_QUEUE"), lambda v: parse_int(v, 0, 1 << 20))] = Field(
+        512, description="requests that may wait, as in Ollama's queue, for a model to load while every loaded model "
+                         "is busy and the max loaded models are loaded; beyond them: 503 'server busy' (0 = none wait)")
     origins: Annotated[tuple[str, ...], Var((), ("TQGGUF_ORIGINS", "OLLAMA_ORIGINS"), parse_origins)] = Field(
         (), description="browser origins serve allows besides Ollama's defaults (localhost, 127.0.0.1, 0.0.0.0 with "
                         "any port; app://, file://, tauri://, vscode-webview://, vscode-file://); '*' = every origin")

@@ -43,6 +43,8 @@ VARIABLES: dict[str, str] = {
                                  "training context)",
     "TQGGUF_MAX_LOADED_MODELS": "models tqgguf serve keeps loaded at once (like OLLAMA_MAX_LOADED_MODELS); "
                                 "0 = auto (3 per GPU, 3 on the CPU, as Ollama)",
+    "TQGGUF_MAX_QUEUE": "requests tqgguf serve queues for a model to load while the loaded ones are busy (like "
+                        "OLLAMA_MAX_QUEUE, default 512); beyond them: 503 'server busy'",
     "TQGGUF_MAX_REQUEST_BODY": "largest request body tqgguf serve accepts (32MiB, 64MB, bytes); larger: 413",
     "TQGGUF_DRAFT_MODEL": "draft model of serve's speculative decoding: a GGUF path or a `tqgguf models list` name (-md)",
     "TQGGUF_KV_CACHE_TYPE_K_DRAFT": "K cache type of the draft model (-ctkd; default f16, as llama-server's)",
@@ -63,6 +65,7 @@ VARIABLES: dict[str, str] = {
     "OLLAMA_KEEP_ALIVE": "Ollama's keep-alive duration; used when TQGGUF_KEEP_ALIVE is unset",
     "OLLAMA_MODELS": "Ollama's model store (manifests/, blobs/; default ~/.ollama/models): its models are served by name",
     "OLLAMA_MAX_LOADED_MODELS": "Ollama's loaded-model limit; used when TQGGUF_MAX_LOADED_MODELS is unset",
+    "OLLAMA_MAX_QUEUE": "Ollama's request queue length; used when TQGGUF_MAX_QUEUE is unset",
     "TQGGUF_ORIGINS": "browser origins tqgguf serve allows besides localhost, 127.0.0.1, 0.0.0.0 (any port), app://, "
                       "file://, tauri://, vscode-webview:// and vscode-file:// (like OLLAMA_ORIGINS)",
     "OLLAMA_ORIGINS": "Ollama's allowed browser origins (comma separated, '*' wildcards); used when TQGGUF_ORIGINS "

@@ -163,6 +163,7 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
     from ..models import ModelError, resolve_model
     from ..server import ServeConfig, serve
     from ..server.child import ChildError
+    from ..server.runner import DraftRefused
 
     try:
         binary = llama_server_path(settings.llama_server)
@@ -221,6 +222,9 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.UsageError(str(e)) from None
     except PortError as e:
         raise click.ClickException(str(e)) from None
+    except DraftRefused as e:  # -md names a draft llama-server cannot draft with: a bad flag
+        raise click.UsageError(f"cannot serve {path.name} with the draft model from "
+                               f"{settings.source('draft_model').describe()}: {e}") from None
     except (ChildError, RuntimeError) as e:
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
     end_by_signal(stopped_by)  # SIGINT: exit 130; SIGTERM: re-raised, the process ends by it

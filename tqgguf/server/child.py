@@ -147,7 +147,7 @@ class ChildSpec:
     llama-server's own default, as many layers as fit, ``-fit on``); offload_args: the split
     flags (``--rpc``, ``-sm``, ``-ts``, ``-mg``, ``-dev``) as llama-server takes them; n_threads:
     ``-t`` (None: llama-server's default, every core); n_batch: ``-b`` (None: llama-server's
-    default, :data:`LLAMA_DEFAULT_N_BATCH`); use_mmap: False passes ``--no-mmap``; embedding:
+    default, :data:`LLAMA_DEFAULT_N_BATCH`); use_mmap: False passes ``-lm none`` (no mmap); embedding:
     an embeddings-only child (``--embeddings``, mean pooling when the model declares none,
     one slot, the whole context in one batch); rerank: an embeddings child of a reranking model
     (``--pooling rank``, which llama-server's rerank routes need); env: variables added to the child's environment (the engine's
@@ -213,7 +213,10 @@ class ChildSpec:
             if self.mmproj is not None:
                 a += ["--mmproj", str(self.mmproj)]
         if not self.use_mmap:
-            a += ["--no-mmap"]
+            # Ollama's use_mmap false: read the model into memory instead of mapping it. This llama-server has no
+            # --no-mmap; its -lm/--load-mode "none" is that (llama_model_loader: use_mmap only for auto, mmap,
+            # mmap+mlock; "dio" is direct I/O, "mlock" locks it in RAM as well)
+            a += ["-lm", "none"]
         if self.n_threads:
             a += ["-t", str(self.n_threads)]
         return a

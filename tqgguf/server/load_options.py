@@ -28,7 +28,8 @@ class LoadParams:
 
     n_batch: ``-b`` (None: llama-server's default, ``LLAMA_DEFAULT_N_BATCH``); n_threads:
     ``-t`` (None: llama-server's default); n_gpu_layers: ``-ngl`` (-1: all; None: as many as
-    fit, llama-server's default); use_mmap: False passes ``--no-mmap``.
+    fit, llama-server's default); use_mmap: False passes ``-lm none`` (this llama-server's
+    ``--no-mmap``: the model is read into memory, not mapped).
     """
 
     n_batch: int | None = None

@@ -25,7 +25,7 @@ import logging
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 
@@ -85,6 +85,10 @@ class Manager:
         self.shutting_down = False  # set by begin_shutdown: no new requests
         self._cut_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Future | None = None  # shutdown()'s stop of every child
+        self._closing = asyncio.Event()  # set by begin_shutdown: requests waiting for a load give up
+        self._why = "SIGTERM/SIGINT"  # the signal that began the shutdown
+        self._room = asyncio.Event()  # set (and replaced) when a runner goes idle or away: _room_changed
+        self._queued = 0  # requests waiting for room (Ollama's queue, OLLAMA_MAX_QUEUE)
 
     # -- shutdown ----------------------------------------------------------------------
 
@@ -99,6 +103,8 @@ class Manager:
         if self.shutting_down:
             return
         self.shutting_down = True
+        self._why = why
+        self._closing.set()
         running = sum(r.active for r in self.runners.values())
         log.info("shutting down (%s): new requests get 503; %d running request(s) have %.0f s to finish",
                  why, running, grace)
@@ -179,6 +185,20 @@ class Manager:
         m = self.settings.max_context or model.n_ctx_train() or self.settings.context_length
         return max(m, self.settings.context_length)
 
+    def model_ctx(self, model: ModelFile) -> int | None:
+        """The context per slot ``model``'s Modelfile parameters give (an Ollama model's
+        ``PARAMETER num_ctx``), held to MIN_CONTEXT .. :meth:`max_context`; None without one."""
+        n = model.params().get("num_ctx")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return max(min(n, self.max_context(model)), MIN_CONTEXT)
+        return None
+
+    def default_ctx(self, model: ModelFile) -> int:
+        """The context a request that does not set ``num_ctx`` runs ``model`` with, on every route
+        (OpenAI's and llama-server's too, as Ollama applies a model's parameters to its OpenAI
+        endpoints): :meth:`model_ctx`, else serve's ``-c``."""
+        return self.model_ctx(model) or self.settings.context_length
+
     def max_context_source(self, model: ModelFile) -> str:
         """Where :meth:`max_context`'s value comes from, for the log: the max-context setting
         (``flag --max-ctx`` / ``env TQGGUF_MAX_CONTEXT_LENGTH``), the model's training
@@ -203,12 +223,20 @@ class Manager:
         """The ready runner for ``model``/``kind``, started if needed, or reloaded when the
         request's effective load differs from the loaded one, as Ollama's scheduler does
         (``needsReload``: it fills the options a request leaves out with the defaults, then
-        compares): the context is ``num_ctx`` per slot, else serve's ``-c``, larger or smaller;
-        the load-time options are ``load``'s, else serve's settings (:meth:`plan_load`). So a
-        model reloaded for one request's options gets serve's settings back with the next
+        compares): the context is ``num_ctx`` per slot, else the model's own default
+        (:meth:`default_ctx`: its Modelfile's ``num_ctx``, else serve's ``-c``), larger or
+        smaller; the load-time options are ``load``'s, else serve's settings (:meth:`plan_load`).
+        So a model reloaded for one request's options gets its defaults back with the next
         request that leaves them out. An embeddings child is started with at least the
         configured context and not reloaded for it. Returns (runner, reloaded for this
         request); ``runner.reload_reason`` says what the reload changed.
+
+        A load that fails drops the runner (the next request loads the model again, with its
+        own options); it is a LoadOptionRefused (400) naming the request's option when the
+        request asked for other settings than the defaults, else the ChildError (500). With
+        every loaded model busy and the limit of loaded models reached, the request waits in
+        Ollama's queue (:meth:`_wait_for_room`). While serve shuts down, a request waiting for
+        a load, a reload or room gets the shutdown's Unavailable (503) instead.
 
         Raises ContextTooLarge, LoadOptionRefused, Unavailable (its failure message), ChildError.
         """
@@ -219,69 +247,177 @@ class Manager:
                        "the model's training context; raise it with TQGGUF_MAX_CONTEXT_LENGTH")
                 raise ContextTooLarge(f"num_ctx {num_ctx} is above the maximum context {top} for {model.name} ({src})")
         key = (str(model.path), kind)
-        fresh = False
-        async with self._lock:  # only the lookup: a model loading does not hold up the others
-            r = self.runners.get(key)
-            if r is None:
-                check_model(model)
-                await self._make_room(model)
-                n_ctx = (num_ctx or self.settings.context_length) if kind == "chat" else \
-                    max(self.settings.context_length, num_ctx or 0)
-                r = Runner(model, kind, self.config, n_ctx, self._port())
-                self.runners[key] = r
-                fresh = True
-        reloaded = False
-        async with r.lock:  # requests for this model wait here while it loads or reloads
+        default_ctx = self.default_ctx(model)
+        while True:
+            fresh, room = False, None
+            async with self._lock:  # only the lookup: a model loading does not hold up the others
+                r = self.runners.get(key)
+                if r is None:
+                    check_model(model)
+                    if await self._make_room(model):
+                        n_ctx = (num_ctx or default_ctx) if kind == "chat" else \
+                            max(self.settings.context_length, num_ctx or 0)
+                        r = Runner(model, kind, self.config, n_ctx, self._port())
+                        self.runners[key] = r
+                        fresh = True
+                    else:
+                        room = self._room  # set when a runner goes idle or away (_room_changed)
+                if r is not None:
+                    r.waiting += 1  # not idle for _make_room until this request holds it or gives up
+            if room is None:
+                break
+            await self._wait_for_room(model, room)
+        try:
+            reloaded = await self._load(r, key, fresh, num_ctx, default_ctx, load or {})
+        finally:
+            r.waiting -= 1
+            if r.waiting == 0 and r.active == 0:  # e.g. its load failed: no request holds it now
+                self._room_changed()
+        if self.runners.get(key) is not r:  # unloaded while this request waited: load it again
+            return await self.runner(model, kind, num_ctx, load)
+        if r.state != "ready":
+            raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
+        return r, reloaded
+
+    async def _load(self, r: Runner, key: tuple[str, str], fresh: bool, num_ctx: int | None, default_ctx: int,
+                    load: dict[str, Any]) -> bool:
+        """:meth:`runner`'s part under the runner's lock: start ``r`` (``fresh``) or reload it for
+        the request's context and load options; whether it was (re)loaded for this request."""
+        model, kind = r.model, r.kind
+        if r.lock.locked():  # requests wait here while it loads or reloads
+            await self._unless_shutdown(r.lock.acquire(), model)
+        else:  # the common case, without the two tasks of a guarded wait (the front's CPU per request)
+            await r.lock.acquire()
+        reloaded, changes = False, []
+        try:
             # as Ollama's scheduler (needsReload): any num_ctx that differs from the loaded one
             # reloads, a smaller one too, and so does leaving it out after a request that set one
-            # (serve's -c is the default); an embeddings child keeps its context (inputs are cut to fit)
-            n_ctx = (num_ctx or self.settings.context_length) if kind == "chat" else r.n_ctx
+            # (the model's default is the default); an embeddings child keeps its context (inputs are cut to fit)
+            n_ctx = (num_ctx or default_ctx) if kind == "chat" else r.n_ctx
             try:
-                params, changes = await self.plan_load(r, load or {}, n_ctx=n_ctx)
+                params, changes = await self.plan_load(r, load, n_ctx=n_ctx)
             except LoadOptionRefused:
-                if fresh and self.runners.get(key) is r:
-                    del self.runners[key]
+                if fresh:
+                    self._drop(r)
                 raise
             resize = n_ctx != r.n_ctx
             if fresh:
                 r.load = params
-                try:
-                    await r.start()
-                except (ChildError, Unavailable):
-                    if self.runners.get(key) is r:
-                        del self.runners[key]
-                    await r.stop()
-                    raise
                 if num_ctx and r.n_ctx != self.settings.context_length:
                     changes.insert(0, f"num_ctx {r.n_ctx}")
+                await self._start(r, num_ctx, default_ctx, load, changes)
                 reloaded = bool(changes)
             elif (resize or params != r.load) and r.state == "ready":
                 was = [f"num_ctx {r.n_ctx}"] if resize else []
                 was += [f"{c.split()[0]} {shown_value(r.effective(c.split()[0]))}" for c in changes]
                 if resize:
                     changes.insert(0, f"num_ctx {n_ctx}")
-                back = (["num_ctx"] if resize and num_ctx is None else []) + \
-                    [c.split()[0] for c in changes
-                     if not c.startswith("num_ctx ") and self._left_out(c.split()[0], load or {})]
+                back = [c.split()[0] for c in changes if not c.startswith("num_ctx ") and self._left_out(c.split()[0], load)]
+                why = [f"serve's settings for {', '.join(back)}"] if back else []
+                if resize and num_ctx is None:
+                    why.insert(0, "its Modelfile parameters for num_ctx" if self.model_ctx(model) else
+                               "serve's settings for num_ctx")
                 log.info("reloading %s with %s (was %s)%s: waiting for %d request(s) to finish", model.name,
                          ", ".join(changes), ", ".join(was),
-                         f"; serve's settings for {', '.join(back)}, which the request does not set" if back else "",
-                         r.active)
-                await r.idle.wait()
+                         f"; {'; '.join(why)}, which the request does not set" if why else "", r.active)
+                await self._unless_shutdown(r.idle.wait(), model)
                 await r.stop()
                 r.n_ctx = n_ctx
                 r.load = params
-                await r.start()
+                await self._start(r, num_ctx, default_ctx, load, changes)
                 reloaded = True
             elif (r.state == "stopped" or (r.state == "failed" and r.worker_down)) and self.runners.get(key) is r:
-                await r.start()  # a worker that was down may be back: probed again first
+                await self._start(r, None, default_ctx, {}, [])  # a worker that was down may be back: probed again first
             if reloaded:
                 r.reload_reason = ", ".join(changes)
-        if self.runners.get(key) is not r:  # unloaded while this request waited: load it again
-            return await self.runner(model, kind, num_ctx, load)
-        if r.state != "ready":
-            raise Unavailable(r.error or f"llama-server for {model.name} is {r.state}")
-        return r, reloaded
+        finally:
+            r.lock.release()
+        return reloaded
+
+    async def _start(self, r: Runner, num_ctx: int | None, default_ctx: int, load: dict[str, Any],
+                     changes: list[str]) -> None:
+        """Start ``r``'s child; when it fails, drop ``r`` (the next request loads the model again,
+        with the settings it asks for) and raise: a LoadOptionRefused (400) naming the request's
+        own options when they are what differs from the model's defaults (``changes``: what this
+        load changed), the shutdown's Unavailable while serve shuts down, else the error itself."""
+        try:
+            await r.start()
+        except (ChildError, Unavailable) as e:
+            self._drop(r)
+            await r.stop()
+            if self.shutting_down:
+                raise self._shutdown_error(r.model) from None
+            if isinstance(e, Unavailable) and r.worker_down:
+                raise
+            asked = [c for c in changes if (c.startswith("num_ctx ") and num_ctx is not None and num_ctx != default_ctx)
+                     or (not c.startswith("num_ctx ") and not self._left_out(c.split()[0], load))]
+            if not asked:
+                raise
+            option = asked[0].split()[0]
+            log.error("%s could not be loaded with %s: %s; it is loaded again on the next request", r.model.name,
+                      ", ".join(asked), e)
+            raise LoadOptionRefused(option, f"{r.model.name} could not be loaded with options.{asked[0]}"
+                                            f"{' (and ' + ', '.join(asked[1:]) + ')' if asked[1:] else ''}: {e}; "
+                                            "send a value that fits, or leave the option out (the next request "
+                                            "loads the model with the server's settings for what it leaves out)") from None
+
+    def _drop(self, r: Runner) -> None:
+        """Forget ``r`` (a runner whose load failed): the next request for its model starts a new one."""
+        if self.runners.get(r.key) is r:
+            del self.runners[r.key]
+        self._room_changed()
+
+    # -- the queue and shutdown waits -----------------------------------------------------
+
+    def _room_changed(self) -> None:
+        """Wake the requests queued for room (:meth:`_wait_for_room`): a runner went idle or away."""
+        self._room.set()
+        self._room = asyncio.Event()
+
+    async def _wait_for_room(self, model: ModelFile, room: asyncio.Event) -> None:
+        """Wait, as a request in Ollama's queue, until a loaded model goes idle or away (``room``
+        is set), then :meth:`runner` looks again. Ollama queues such a request (``OLLAMA_MAX_QUEUE``,
+        default 512) and refuses one beyond the queue: Unavailable, Ollama's "server busy"."""
+        s = self.settings
+        if self._queued >= s.max_queue:
+            raise Unavailable(f"server busy, please try again.  maximum pending requests exceeded ({self._queued} "
+                              f"requests wait for a model to load; TQGGUF_MAX_QUEUE / OLLAMA_MAX_QUEUE = "
+                              f"{s.max_queue})")
+        self._queued += 1
+        log.info("%s waits for room (queued: %d of at most %d): %d models are loaded and busy (max loaded models: "
+                 "%d); it loads when one of them is idle", model.name, self._queued, s.max_queue,
+                 len({k[0] for k in self.runners}), s.max_loaded_models)
+        try:
+            await self._unless_shutdown(room.wait(), model)
+        finally:
+            self._queued -= 1
+
+    def _shutdown_error(self, model: ModelFile) -> Unavailable:
+        return Unavailable(f"tqgguf serve is shutting down ({self._why}); this request was waiting for {model.name} "
+                           "to load and was not started")
+
+    async def _unless_shutdown(self, wait: Awaitable[Any], model: ModelFile) -> Any:
+        """Await ``wait`` (a lock, a runner going idle, room) unless serve starts shutting down
+        first: then the wait is cancelled and the shutdown's Unavailable (503) raised, so a
+        request that had not started ends with the API's error before uvicorn's limit cancels it
+        (which gave a bare 500 and a CancelledError traceback)."""
+        if self.shutting_down:
+            if asyncio.iscoroutine(wait):
+                wait.close()
+            raise self._shutdown_error(model)
+        task = asyncio.ensure_future(wait)
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait((task, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not task.cancelled():  # done (a lock acquired just as the shutdown began counts as done)
+            return task.result()
+        raise self._shutdown_error(model)
 
     @staticmethod
     def _left_out(option: str, opts: dict[str, Any]) -> bool:
@@ -354,19 +490,24 @@ class Manager:
                    if getattr(params, LOAD_FIELD[k]) != getattr(r.load, LOAD_FIELD[k])]
         return params, changes
 
-    async def _make_room(self, model: ModelFile) -> None:
+    async def _make_room(self, model: ModelFile) -> bool:
+        """Make room to load ``model``: nothing to do below the limit of loaded models, else
+        unload the least recently used model none of whose runners has a request (running or
+        waiting for it). False when every loaded model is busy (the request then waits:
+        :meth:`_wait_for_room`)."""
         loaded = {k[0] for k in self.runners}
         if str(model.path) in loaded or len(loaded) < self.settings.max_loaded_models:
-            return
-        idle = [r for r in self.runners.values() if r.active == 0]
+            return True
+        busy = {k[0] for k, r in self.runners.items() if r.active or r.waiting}
+        idle = [r for k, r in self.runners.items() if k[0] not in busy]
         if not idle:
-            raise Unavailable(f"{len(loaded)} models are loaded and busy (TQGGUF_MAX_LOADED_MODELS / "
-                              f"OLLAMA_MAX_LOADED_MODELS = {self.settings.max_loaded_models}); retry later")
+            return False
         victim = min(idle, key=lambda r: r.last_used)
         log.info("unloading %s to make room for %s (max loaded models: %d)", victim.model.name, model.name,
                  self.settings.max_loaded_models)
         for k in [k for k in self.runners if k[0] == str(victim.model.path)]:
             await self.runners.pop(k).stop()
+        return True
 
     @contextlib.asynccontextmanager
     async def use(self, name: str | None, kind: str = "chat", *, num_ctx: int | None = None,
@@ -375,7 +516,7 @@ class Manager:
         """Hold a runner for one request (``num_ctx``/``load``: see :meth:`runner`); on exit
         apply keep-alive (the request's, else the default) from now."""
         if self.shutting_down:
-            raise Unavailable("tqgguf serve is shutting down and takes no new requests")
+            raise Unavailable(f"tqgguf serve is shutting down ({self._why}) and takes no new requests")
         model = self.find(name)
         r, reloaded = await self.runner(model, kind, num_ctx, load)
         r.active += 1
@@ -387,6 +528,7 @@ class Manager:
             r.last_used = time.monotonic()
             if r.active == 0:
                 r.idle.set()
+                self._room_changed()
             ka = self.settings.keep_alive if keep_alive is None else keep_alive
             for other in self._runners_of(model):
                 other.expires_at = None if ka < 0 else time.monotonic() + ka
@@ -405,6 +547,7 @@ class Manager:
                 done = True
             if done:
                 log.info("unloaded %s (%s)", model.name, reason)
+                self._room_changed()
             return done
 
     def loaded(self) -> list[Runner]:
@@ -428,14 +571,10 @@ class Manager:
 
     async def start(self) -> Runner:
         """Load the default model (startup). Raises ChildError with llama-server's message."""
-        n_ctx = self.default.params().get("num_ctx")  # an Ollama model's PARAMETER num_ctx, as requests will ask
-        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
-            n_ctx = max(min(n_ctx, self.max_context(self.default)), MIN_CONTEXT)
+        if (n_ctx := self.model_ctx(self.default)) is not None:
             log.info("%s: num_ctx %d from its Ollama parameters (the model's Modelfile PARAMETER num_ctx), as "
                      "requests without options.num_ctx will ask", self.default.name, n_ctx)
-        else:
-            n_ctx = None
-        r, _ = await self.runner(self.default, num_ctx=n_ctx)
+        r, _ = await self.runner(self.default)
         ka = self.settings.keep_alive
         r.expires_at = None if ka < 0 else time.monotonic() + ka
         self._reaper = asyncio.create_task(self.reap())

@@ -91,6 +91,29 @@ def model_defaults(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if (OPTION_FIELDS.get(k) or k == "num_ctx") and v is not None}
 
 
+#: Ollama option -> the fields of an OpenAI request (``/v1/chat/completions``, ``/v1/completions``) that set
+#: the same thing besides llama-server's own name (:data:`OPTION_FIELDS`): a request that sends any of them
+#: keeps its value.
+OPENAI_ALIASES = {"num_predict": ("max_tokens", "max_completion_tokens")}
+
+
+def openai_defaults(body: dict, params: dict[str, Any]) -> dict | None:
+    """An OpenAI request's body with a model's Modelfile parameters (:func:`model_defaults`,
+    ``num_ctx`` aside: the runner's context) as defaults for the fields it leaves out, as
+    Ollama applies them on its OpenAI-compatible endpoints (their requests become
+    ``api.ChatRequest``/``api.GenerateRequest`` with the model's options under them): e.g.
+    ``PARAMETER temperature 0.2`` gives ``temperature: 0.2`` unless the request sends one,
+    ``num_predict 64`` gives ``n_predict: 64`` unless it sends ``max_tokens``. None when there
+    is nothing to add."""
+    add = {}
+    for k, v in model_defaults(params).items():
+        field = OPTION_FIELDS.get(k)
+        if field is None or any(n in body for n in (field, *OPENAI_ALIASES.get(k, ()))):
+            continue
+        add[field] = [v] if k == "stop" and isinstance(v, str) else v
+    return {**body, **add} if add else None
+
+
 def options(body: dict, defaults: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """llama-server sampling fields for the request's ``options`` (Ollama defaults first, then
     ``defaults``, the model's own parameters: :func:`model_defaults`; as Ollama layers them),

@@ -28,7 +28,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from .child import describe_exit
 from .errors import ChildGone, ClientLeft, openai_error, upstream_error
-from .ollama import RequestError
+from .ollama import RequestError, openai_defaults
 from .manager import Manager
 from .runner import Runner
 
@@ -174,6 +174,16 @@ class Rewrite(Protocol):
     def sse_line(self, line: bytes) -> bytes: ...
 
 
+#: The OpenAI routes whose requests get the model's Modelfile parameters as defaults
+#: (``ollama.openai_defaults``), as Ollama's OpenAI-compatible endpoints do.
+MODEL_DEFAULTS_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def with_headers(response: Response, headers: dict[str, str]) -> Response:
+    response.headers.update(headers)
+    return response
+
+
 async def forward(request: Request, manager: Manager, raw: bytes, body: dict, path: str, kind: str,
                   rewrite: Rewrite | None = None) -> Response:
     """Send the client's bytes ``raw`` (parsed: ``body``, for ``model`` and ``stream``) to
@@ -182,14 +192,17 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
     that are the request's fault become 400s (``errors.upstream_error``). The model is held
     until the answer (or the stream) ends."""
     name = body.get("model") if isinstance(body.get("model"), str) else None
+    if path in MODEL_DEFAULTS_PATHS and (new := openai_defaults(body, manager.find(name).params())) is not None:
+        raw, body = json.dumps(new).encode(), new
     stack = contextlib.AsyncExitStack()
-    r, _ = await stack.enter_async_context(manager.use(name, kind))
+    r, reloaded = await stack.enter_async_context(manager.use(name, kind))
+    headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}  # as on /api: what the load changed
     try:
         if body.get("stream") is True:
             try:
                 resp = await open_stream(r, path, content=raw)
             except RequestError as e:
-                return openai_error(e.status, e.message)
+                return with_headers(openai_error(e.status, e.message), headers)
 
             stream_stack = stack.pop_all()  # the stream now holds the model; it releases it when it ends
 
@@ -215,7 +228,7 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
                 finally:
                     await done()
 
-            return Stream(relay(), done, status_code=200,
+            return Stream(relay(), done, status_code=200, headers=headers,
                           media_type=resp.headers.get("content-type", "text/event-stream"))
         if r.client is None:
             raise ChildGone(gone_message(r))
@@ -228,8 +241,8 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
                 elif resp.status == 500:
                     status, message = upstream_error(500, upstream_message(data))
                     if status != 500:
-                        return openai_error(status, message)
-                return Response(data, status_code=resp.status,
+                        return with_headers(openai_error(status, message), headers)
+                return Response(data, status_code=resp.status, headers=headers,
                                 media_type=resp.headers.get("content-type", "application/json"))
 
         try:

@@ -35,6 +35,13 @@ class Unavailable(RuntimeError):
     """The model's llama-server is not running (failed to load, or crashed and gave up)."""
 
 
+class DraftRefused(ChildError):
+    """llama-server loaded the draft model (``-md``) but could not use it for speculative
+    decoding (its "failed to initialize speculative decoding context", e.g. another
+    vocabulary): it would serve without drafting while serve says the draft is active.
+    The message is llama-server's reason; serve refuses such a draft at startup (exit 2)."""
+
+
 #: Seconds an idle connection to llama-server is kept for reuse. llama-server (cpp-httplib,
 #: CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND in its vendored httplib.h) closes a connection that has
 #: been idle for 5 s; a client that reuses one at that moment gets a disconnect, and a POST is
@@ -70,6 +77,10 @@ _PLACEMENT_LINE = re.compile(r"model buffer size|KV buffer size|offloaded \d+/\d
                              r"|Flash Attention|flash_attn")  # what flash attention became (run.flash_attention_applied)
 _OVERRIDDEN_ENV = re.compile(r"warn: (\S+) environment variable is set, but will be overwritten by command line "
                              r"argument (\S+)")
+# llama-server's lines when it cannot draft with -md (server-context.cpp load_model, common/speculative.cpp):
+# "failed to initialize speculative decoding context: draft model vocab type must match target model ..." and the
+# warning before it that says which vocabularies differ
+_DRAFT_FAILED = re.compile(r"failed to initialize speculative decoding context: .*|draft model .* must match target model.*")
 # llama-server's per-request speculative decoding line (server-context.cpp, print_timing):
 # "draft acceptance = 0.70000 (   21 accepted /    30 generated), mean len =  3.10"
 _DRAFT_LINE = re.compile(r"draft acceptance = [0-9.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
@@ -106,6 +117,7 @@ class Runner:
         self.state = "stopped"
         self.error: str | None = None
         self.active = 0
+        self.waiting = 0  # requests that looked this runner up and wait for its lock (Manager.runner)
         self.idle = asyncio.Event()
         self.idle.set()
         self.lock = asyncio.Lock()
@@ -132,6 +144,7 @@ class Runner:
         self.draft_generated = 0
         self.context_shift = kind == "chat"  # --context-shift; False when llama-server said it cannot shift here
         self.n_ctx_slot: int | None = None  # each slot's context as llama-server reported it (n_ctx padded to 256s)
+        self.draft_errors: list[str] = []  # llama-server's reasons it cannot draft with -md (DraftRefused)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -225,6 +238,8 @@ class Runner:
             self.draft_generated += int(m.group(2))
         if m := re.search(r"n_ctx_slot = (\d+)", line):  # the slot's real context: llama.cpp pads n_ctx to 256s
             self.n_ctx_slot = int(m.group(1))
+        if self._own() and self.config.draft is not None and (m := _DRAFT_FAILED.search(line)):
+            self.draft_errors.append(m.group(0).strip())
         if "ctx_shift is not supported" in line:  # llama-server turns the shift off for this model/cache
             self.context_shift = False
         if _PLACEMENT_LINE.search(line):
@@ -262,7 +277,7 @@ class Runner:
             raise
         await self._check_workers()
         self.load_lines, self.offloaded, self.on_device = [], None, False
-        self.context_shift, self.n_ctx_slot = self.kind == "chat", None
+        self.context_shift, self.n_ctx_slot, self.draft_errors = self.kind == "chat", None, []
         child = Child(spec, self.model.name, on_line=self._on_line)
         child.start()
         self.child = child
@@ -271,6 +286,13 @@ class Runner:
         except ChildError as e:
             self.state, self.error = "failed", str(e)
             raise
+        if self.draft_errors:  # it serves, but without the draft serve would report as active
+            self.state = "failed"
+            self.error = (f"llama-server cannot use the draft model {self.config.draft.model.name} (-md) for "
+                          f"speculative decoding with {self.model.name}: " + "; ".join(dict.fromkeys(self.draft_errors))
+                          + " (the draft must share the model's vocabulary)")
+            await child.stop()
+            raise DraftRefused(self.error)
         self.ready_at = time.monotonic()
         self.load_seconds = self.ready_at - t0
         if spec.n_threads is None and child.n_threads:
