@@ -21,6 +21,7 @@ and MCP routes.
 """
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 from fastapi import APIRouter, Request
@@ -31,6 +32,7 @@ from .dependencies import manager_of
 from .ollama import RequestError
 from .errors import json_object
 from .modelfile import POOLING_RANK
+from .openai_api import ResponsesRequest, prepare_responses, validate
 
 router = APIRouter()
 
@@ -43,6 +45,8 @@ POST_ROUTES: dict[str, str] = {
     **dict.fromkeys(("/embedding", "/embeddings"), "embed"),
     **dict.fromkeys(("/rerank", "/reranking", "/v1/rerank", "/v1/reranking"), "rerank"),
 }
+#: OpenAI's Responses API (``openai_api.prepare_responses``).
+RESPONSES = ("/v1/responses", "/responses")
 #: GET routes passed through (to the chat child).
 GET_ROUTES = ("/props", "/slots")
 
@@ -73,6 +77,12 @@ async def passthrough(request: Request) -> Response:
     if (check := BODY_CHECKS.get(path)) is not None:
         check(body)
     manager = manager_of(request)
+    rewrite = None
+    if path in RESPONSES:  # OpenAI's Responses API: validated as OpenAI does, text.format and tools applied
+        req = validate(ResponsesRequest, body)
+        model = manager.find(req.model)
+        body, rewrite = prepare_responses(body, req, model.name, model.chat_template())
+        raw = json.dumps(body).encode()
     if kind == "rerank":
         model = manager.find(body.get("model") if isinstance(body.get("model"), str) else None)
         if model.pooling_type() != POOLING_RANK:
@@ -80,7 +90,7 @@ async def passthrough(request: Request) -> Response:
                                     "is rank (a reranker such as bge-reranker); this one's is "
                                     f"{model.pooling_name()}", param="model")
         kind = "embed"
-    return await proxy.forward(request, manager, raw, body, path, kind)
+    return await proxy.forward(request, manager, raw, body, path, kind, rewrite)
 
 
 async def passthrough_get(request: Request) -> Response:
