@@ -3,7 +3,7 @@
 The body goes to llama-server as the client sent it, but for what is checked and changed here:
 
 - **Validation** (:func:`validate`, pydantic models :class:`ChatRequest`,
-  :class:`CompletionRequest`, :class:`EmbeddingRequest`): the fields OpenAI types and bounds,
+  :class:`CompletionRequest`, :class:`EmbeddingRequest`): ``model`` required, the fields OpenAI types and bounds,
   with OpenAI's ranges (:data:`RANGES`: ``temperature`` 0–2, ``top_p`` 0–1, ``max_tokens`` from
   1, ``n`` from 1, penalties −2–2, ``top_logprobs`` 0–20), ``messages`` non-empty, ``tools`` a
   list of functions, ``tool_choice`` in OpenAI's forms, an embeddings ``input`` of text or
@@ -22,6 +22,12 @@ The body goes to llama-server as the client sent it, but for what is checked and
   into ``tool_calls`` when it names an offered tool, as Ollama's parser accepts it and
   ``/api/chat`` does (``ollama.tool_calls_from_text``), streamed too (text that may be a call
   is held back until it is known not to be one).
+- **The Responses API** (:func:`prepare_responses`, :class:`ResponsesAnswer`): validated
+  (:class:`ResponsesRequest`), ``text.format`` sent as chat's ``response_format`` (llama-server's
+  conversion ignores ``text``), tools as for chat (:func:`tool_plan`), a plain-JSON call as a
+  ``function_call`` output item (not streamed).
+- **Fill-in-the-middle** (:func:`infill_body`, :class:`InfillAnswer`): ``/v1/completions`` with a
+  ``suffix`` runs through llama-server's ``/infill`` and answers as a legacy completion.
 - **A character cut by max_tokens** (:func:`drop_cut_character`): llama-server's non-streamed
   answer ends in U+FFFD where the last token ended inside a UTF-8 character, its stream drops
   those bytes; both drop them here, as Ollama's runner does (``flushPending`` trims the

@@ -4,11 +4,11 @@ to the model's child as they are (:func:`~.proxy.forward`; streamed when the bod
 the OpenAI routes; for a GET by ``?model=``):
 
 - generation and prompts, on the model's chat child: ``/v1/responses`` (OpenAI's Responses
-  API), ``/v1/messages`` and ``/v1/messages/count_tokens`` (Anthropic's Messages API),
+  API; validated, ``text.format`` and tools applied: ``openai_api.prepare_responses``), ``/v1/messages`` and ``/v1/messages/count_tokens`` (Anthropic's Messages API),
   ``/v1/responses/input_tokens``, ``/v1/chat/completions/input_tokens``, ``/completion``
   and ``/completions`` (llama-server's native completion), ``/infill`` (fill-in-the-middle,
-  for models with FIM tokens; a body llama-server would answer with a 500 is a 400 here:
-  :func:`check_infill`), ``/tokenize``, ``/detokenize``, ``/apply-template``;
+  for models with FIM tokens, others a 400; a body llama-server would answer with a 500 is a 400
+  here: :func:`check_infill`), ``/tokenize``, ``/detokenize``, ``/apply-template``;
   ``GET /props``, ``GET /slots``;
 - embeddings and reranking, on its embeddings child: ``/embedding``, ``/embeddings``, and
   ``/rerank``, ``/reranking``, ``/v1/rerank``, ``/v1/reranking`` for a reranking model (GGUF
@@ -56,7 +56,8 @@ def check_infill(body: dict) -> None:
     (RequestError): ``input_prefix`` or ``input_suffix`` missing or not a string (llama-server:
     a 500 carrying its JSON library's exception), ``prompt`` not a string (llama-server builds
     that error but answers 200, generating as if there were no prompt). The rest (``input_extra``,
-    a model without FIM tokens: 501) llama-server answers well itself."""
+    a model without FIM tokens: its 501 becomes a 400, ``errors.upstream_error``) llama-server
+    answers well itself."""
     for key, what in (("input_prefix", "the code before the cursor"), ("input_suffix", "the code after it")):
         if not isinstance(body.get(key), str):
             why = "is required" if key not in body else "must be a string"

@@ -9,7 +9,8 @@ comes back as it is, so ``response_format``/json_schema, logprobs and ``n`` beha
 llama-server has them. The ``model`` field picks the model (absent: the one ``serve`` was
 started with). The rewrites of the answer: ``/v1/completions`` logprobs, which llama-server
 gives in the chat shape, come back in OpenAI's legacy completions shape
-(:class:`LegacyLogprobs`); plain-JSON tool calls become ``tool_calls`` and a character cut by
+(:class:`LegacyLogprobs`); a ``suffix`` goes to llama-server's ``/infill`` and its answer comes
+back as a legacy completion (``openai_api.InfillAnswer``; ``echo`` is a 400); plain-JSON tool calls become ``tool_calls`` and a character cut by
 ``max_tokens`` is dropped (``openai_api.ChatAnswer``). Images in chat messages (``image_url``
 parts) are refused with a 400 naming ``--mmproj`` for a model served without a projector
 (llama-server answers 500), and two adjacent ones get a separating text part
