@@ -39,7 +39,7 @@ image for a model without a projector) become 400s in ``errors.upstream_error``,
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -69,8 +69,12 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+#: A function's name, as OpenAI bounds it.
+ToolName = Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
 class Function(_Open):
-    name: Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    name: ToolName
     description: Annotated[str | None, Field(None, strict=True)]
     parameters: dict[str, Any] | None = None
 
@@ -148,37 +152,41 @@ class CompletionRequest(_Sampling):
         raise ValueError("must be a string, a list of strings, a list of token ids or a list of such lists")
 
 
-class ResponseFormat(_Open):
+class _Typed(_Open):
+    """An object whose ``type`` makes a field required: ``needs`` = (the type, the field, the
+    message when it is missing)."""
+
+    needs: ClassVar[tuple[str, str, str]]
+
+    @model_validator(mode="after")
+    def _needed(self) -> "_Typed":
+        kind, name, why = self.needs
+        if getattr(self, "type") == kind and getattr(self, name) is None:
+            raise ValueError(why)
+        return self
+
+
+class ResponseFormat(_Typed):
     """``text.format`` of a Responses request: ``text``, ``json_object``, or ``json_schema`` with
     the schema beside ``name`` (not nested as in chat's ``response_format``)."""
 
+    needs = ("json_schema", "schema_", "a json_schema format needs its 'schema' (a JSON schema object)")
     type: Literal["text", "json_object", "json_schema"]
     name: Annotated[str | None, Field(None, strict=True)]
     schema_: Annotated[dict[str, Any] | None, Field(None, alias="schema")]
-
-    @model_validator(mode="after")
-    def _schema(self) -> "ResponseFormat":
-        if self.type == "json_schema" and self.schema_ is None:
-            raise ValueError("a json_schema format needs its 'schema' (a JSON schema object)")
-        return self
 
 
 class ResponseText(_Open):
     format: ResponseFormat | None = None
 
 
-class ResponseTool(_Open):
+class ResponseTool(_Typed):
     """A Responses tool: ``{"type": "function", "name": ..., "parameters": ...}`` (flat, not
     under ``function``). Other types (web search, file search, ...) llama-server skips."""
 
+    needs = ("function", "name", "a function tool needs its 'name'")
     type: Annotated[str, Field(strict=True)]
-    name: Annotated[str | None, Field(None, strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
-
-    @model_validator(mode="after")
-    def _named(self) -> "ResponseTool":
-        if self.type == "function" and self.name is None:
-            raise ValueError("a function tool needs its 'name'")
-        return self
+    name: ToolName | None = None
 
 
 class ResponsesRequest(_Open):
@@ -367,14 +375,15 @@ def prepare_responses(body: dict, req: ResponsesRequest, model_name: str,
     return out, ResponsesAnswer(names, demanded)
 
 
-def answer_json(data: bytes) -> dict | None:
-    """A whole (non-streamed) OpenAI answer parsed: the JSON object when it has a ``choices``
-    list, else None (not JSON, an error body, another shape: the caller leaves it as sent)."""
+def answer_json(data: bytes, key: str = "choices", kind: type = list) -> dict | None:
+    """A whole (non-streamed) answer parsed: the JSON object when its ``key`` is a ``kind`` (an
+    OpenAI answer's ``choices`` list, a Responses answer's ``output``, llama-server's native
+    ``content``), else None (not JSON, an error body, another shape: the caller leaves it as sent)."""
     try:
         j = json.loads(data)
     except ValueError:
         return None
-    return j if isinstance(j, dict) and isinstance(j.get("choices"), list) else None
+    return j if isinstance(j, dict) and isinstance(j.get(key), kind) else None
 
 
 REPLACEMENT = "\ufffd"
@@ -501,14 +510,9 @@ class ResponsesAnswer:
         self.demanded = demanded
 
     def body(self, data: bytes) -> bytes:
-        if not self.tool_names:
-            return data
-        try:
-            j = json.loads(data)
-        except ValueError:
-            return data
-        items = j.get("output") if isinstance(j, dict) else None
-        if not isinstance(items, list) or any(isinstance(i, dict) and i.get("type") == "function_call" for i in items):
+        j = answer_json(data, "output") if self.tool_names else None
+        items = j["output"] if j is not None else []
+        if not items or any(isinstance(i, dict) and i.get("type") == "function_call" for i in items):
             return data
         out, changed = [], False
         for item in items:
@@ -582,11 +586,8 @@ class InfillAnswer:
         return "length" if j.get("stop_type") == "limit" else "stop"
 
     def body(self, data: bytes) -> bytes:
-        try:
-            j = json.loads(data)
-        except ValueError:
-            return data
-        if not isinstance(j, dict) or "content" not in j:
+        j = answer_json(data, "content", str)
+        if j is None:
             return data
         finish = self._finish(j)
         out = self._completion(j, drop_cut_character(str(j["content"]), finish), finish)
@@ -595,13 +596,8 @@ class InfillAnswer:
         return json.dumps(out, ensure_ascii=False).encode()
 
     def sse_line(self, line: bytes) -> bytes:
-        if not line.startswith(b"data:"):
-            return line
-        try:
-            j = json.loads(line[5:].strip())
-        except ValueError:
-            return line
-        if not isinstance(j, dict) or "content" not in j:
+        j = answer_json(line[5:].strip(), "content", str) if line.startswith(b"data:") else None
+        if j is None:
             return line  # an error event passes as it is
         done = j.get("stop") is True
         chunk = self._completion(j, str(j["content"]), self._finish(j) if done else None)
