@@ -1,6 +1,7 @@
 """Build driver: patches apply to the pinned sdist, a broken patch is named, fingerprints are stable."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,7 +13,8 @@ import pytest
 
 from tqgguf.builder import PatchError
 from tqgguf.builder import source
-from tqgguf.builder.driver import BuildConfig, fingerprint, installed_build_info
+from tqgguf.builder import driver
+from tqgguf.builder.driver import BuildConfig, fingerprint, fingerprint_inputs, installed_build_info, rebuild_reason
 
 
 def _files_of_series() -> set[str]:
@@ -96,6 +98,80 @@ def test_fingerprint_is_stable_and_changes_with_flags_and_backend():
     assert a == b and len(a) == 64
     assert fingerprint(BuildConfig(backend="cuda", cuda_arch="90")) != a
     assert fingerprint(BuildConfig(extra_defines={"GGML_AVX512": "OFF"})) != a
+
+
+@pytest.fixture
+def native_copy(monkeypatch, tmp_path) -> Path:
+    """A copy of native/ that the fingerprint reads instead of the checkout's."""
+    copy = tmp_path / "native"
+    shutil.copytree(source.native_dir(), copy)
+    monkeypatch.setattr(source, "native_dir", lambda: copy)
+    monkeypatch.setattr(driver, "native_dir", lambda: copy)
+    return copy
+
+
+def _fingerprints() -> dict[str, str]:
+    return {b: fingerprint(BuildConfig(backend=b, cuda_arch="90" if b == "cuda" else None)) for b in driver.BACKENDS}
+
+
+@pytest.mark.parametrize("rel,changes", [
+    ("ggml/src/ggml-cuda/turbo-fattn.cuh", {"cuda"}),           # a CUDA-only commit: no CPU or Metal rebuild
+    ("ggml/src/ggml-cuda/turbo-pairs.h", {"cuda", "metal"}),    # the FA pairs list, which Metal reads too
+    ("ggml/src/ggml-metal/kernels/turbo-fa.h", {"metal"}),
+    ("ggml/src/ggml-turbo.c", {"cpu", "cuda", "metal"}),        # the codec: every build compiles it
+])
+def test_the_fingerprint_covers_only_what_the_backend_compiles(native_copy, rel, changes):
+    before = _fingerprints()
+    f = native_copy / rel
+    f.write_bytes(f.read_bytes() + b"\n// changed\n")
+    after = _fingerprints()
+    assert {b for b in before if before[b] != after[b]} == changes
+
+
+def test_patches_that_touch_only_another_backend_are_left_out_of_the_fingerprint():
+    cpu = fingerprint_inputs(BuildConfig())
+    cuda = fingerprint_inputs(BuildConfig(backend="cuda", cuda_arch="90"))
+    metal = fingerprint_inputs(BuildConfig(backend="metal"))
+    assert "patches/0008-cuda-turbo.patch" in cuda and "patches/0008-cuda-turbo.patch" not in cpu | metal
+    assert "patches/0010-metal-turbo.patch" in metal and "patches/0010-metal-turbo.patch" not in cpu | cuda
+    assert "patches/0001-ggml-turbo-types.patch" in cpu.keys() & cuda.keys() & metal.keys()
+    assert "native/ggml/src/ggml-cuda/turbo-fattn.cuh" in cuda and not any("ggml-cuda" in k for k in cpu)
+
+
+def test_a_rebuild_says_what_changed(native_copy):
+    cfg = BuildConfig()
+    installed = {"fingerprint": fingerprint(cfg), "inputs": fingerprint_inputs(cfg)}
+    (native_copy / "ggml/src/ggml-turbo.c").write_text("// changed\n")
+    (native_copy / "ggml/src/ggml-turbo-new.h").write_text("// new\n")
+    why = rebuild_reason(fingerprint_inputs(cfg), installed)
+    assert why == ("rebuilding: changed native/ggml/src/ggml-turbo.c; new native/ggml/src/ggml-turbo-new.h since "
+                   "the installed engine")
+    assert rebuild_reason(fingerprint_inputs(cfg), None) == "building: no tqgguf engine is installed"
+    assert rebuild_reason(fingerprint_inputs(cfg), installed, force=True) == "rebuilding: --force"
+    assert "names no inputs" in rebuild_reason(fingerprint_inputs(cfg), {"fingerprint": "0f73"})
+
+
+def test_an_engine_recorded_before_per_input_digests_is_restamped_not_rebuilt(native_copy, monkeypatch, tmp_path):
+    """build() with a record that has only the old fingerprint, and it matches: no compile, the
+    record gets the new fingerprint and inputs (nothing fetched or compiled: those would fail here)."""
+    cfg = BuildConfig()
+    record = tmp_path / "site" / "llama_cpp" / driver.BUILD_INFO_NAME
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"fingerprint": driver.legacy_fingerprint(cfg), "backend": "cpu"}))
+    cache = tmp_path / "cache"
+    tools = cache / "build" / "tools-cpu"
+    (tools / "bin").mkdir(parents=True)
+    for t in cfg.targets:
+        (tools / "bin" / t).write_text("")
+    (tools / "fingerprint").write_text(driver.legacy_fingerprint(cfg))
+    monkeypatch.setattr(driver, "cache_dir", lambda: cache)
+    monkeypatch.setattr(driver, "_installed_record", lambda: record)
+    lines: list[str] = []
+    result = driver.build(cfg, log=lines.append)
+    assert result.skipped and lines == ["the installed engine is this checkout's build; its record now names its inputs"]
+    assert json.loads(record.read_text())["inputs"] == fingerprint_inputs(cfg)
+    assert (tools / "fingerprint").read_text() == fingerprint(cfg) == result.fingerprint
+    assert driver.build(cfg, log=lines.append).skipped and len(lines) == 1
 
 
 def test_unknown_backend_is_refused_with_the_allowed_list():

@@ -235,7 +235,7 @@ def test_a_verb_warns_about_an_ollama_typo_with_the_name_it_meant():
             "OLLAMA_KV_CACHE_TYPE?") in r.output
     assert "OLLAMA_ORIGINS" not in r.output
     r = CliRunner().invoke(main, ["env", "--json"], env=_clean_env(OLLAMA_KV_CACHE_TYP="turbo4"))
-    assert json.loads(r.output)["did_you_mean"] == {"OLLAMA_KV_CACHE_TYP": "OLLAMA_KV_CACHE_TYPE"}
+    assert json.loads(r.stdout)["did_you_mean"] == {"OLLAMA_KV_CACHE_TYP": "OLLAMA_KV_CACHE_TYPE"}
 
 
 def test_report_lists_every_setting_with_source_and_every_variable():
@@ -293,11 +293,13 @@ def test_env_command_at_80_columns_keeps_names_whole_and_lines_short():
 def test_env_command_suggests_the_declared_name_for_a_typo():
     r = CliRunner().invoke(main, ["env"], env={**_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1"), "COLUMNS": "250"})
     assert r.exit_code == 0, r.output
-    assert "TQGGUF_KV_BOUNDRY is set but tqgguf does not read it (typo?); did you mean TQGGUF_KV_BOUNDARY?" in r.output
-    assert "TQGGUF_ZZZ is set but tqgguf does not read it (typo?)\n" in r.output  # nothing close: no guess
+    # on stderr, as every verb warns, and before the report (the group warns before the verb runs)
+    assert "TQGGUF_KV_BOUNDRY is set but tqgguf does not read it (typo?); did you mean TQGGUF_KV_BOUNDARY?" in r.stderr
+    assert "TQGGUF_ZZZ is set but tqgguf does not read it (typo?); `tqgguf env` lists" in r.stderr  # no guess
+    assert "typo" not in r.stdout and r.output.index("TQGGUF_ZZZ is set") < r.output.index("Settings")
     r = CliRunner().invoke(main, ["env", "--json"], env=_clean_env(TQGGUF_KV_BOUNDRY="2", TQGGUF_ZZZ="1",
                                                                     TQGGUF_KV_CACHE_TYPE_k="q8_0", tqgguf_models="/m"))
-    rep = json.loads(r.output)
+    rep = json.loads(r.stdout)
     assert rep["did_you_mean"] == {"TQGGUF_KV_BOUNDRY": "TQGGUF_KV_BOUNDARY", "TQGGUF_ZZZ": None,
                                    "TQGGUF_KV_CACHE_TYPE_k": "TQGGUF_KV_CACHE_TYPE_K", "tqgguf_models": "TQGGUF_MODELS"}
 

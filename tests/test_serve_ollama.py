@@ -222,6 +222,40 @@ def test_generation_past_the_end_of_the_context_shifts_it_and_goes_on_to_num_pre
     assert r["done_reason"] == "length" and r["eval_count"] == SLOT - 1 - n_prompt < n_predict
 
 
+def test_fully_qualified_ollama_names_resolve_with_ollamas_defaults(srv):
+    """``registry.ollama.ai/library/NAME:TAG`` is ``NAME:TAG`` (Ollama's ParseName defaults), for a
+    model in Ollama's store (the one served) and for a tqgguf test model (not loaded yet)."""
+    for name in ("registry.ollama.ai/library/smol:latest", "Registry.Ollama.AI/Library/SMOL", "library/smol"):
+        shown = srv.http.post("/api/show", json={"model": name})
+        assert shown.status_code == 200, (name, shown.text)
+    r = srv.ol.chat(model="registry.ollama.ai/library/smol:latest", messages=[{"role": "user", "content": "Hi"}],
+                    options={"num_predict": 2})
+    assert r.done
+    assert [m.model for m in srv.ol.ps().models] == ["smol:latest"]  # the same runner, not a second one
+    assert srv.http.post("/api/show", json={"model": "registry.ollama.ai/library/smollm2-135m:latest"}).status_code == 200
+    for other in ("registry.ollama.ai/tester/smol", "example.com/library/smol:latest"):  # not the defaults: unknown
+        assert srv.http.post("/api/show", json={"model": other}).status_code == 404, other
+
+
+def test_bad_field_types_are_400s_as_ollamas_json_decoding_gives(srv):
+    """Ollama decodes into Go types: a string for a bool and a number too large for an int are
+    400s (before: "stream": "false" streamed, num_predict 1e20 answered 200)."""
+    hi = [{"role": "user", "content": "Hi"}]
+    for path, body, needle in [
+        ("/api/chat", {"messages": hi, "stream": "false"}, "cannot unmarshal string into Go value of type bool: stream"),
+        ("/api/generate", {"prompt": "Hi", "raw": 1}, "cannot unmarshal number into Go value of type bool: raw"),
+        ("/api/generate", {"prompt": "Hi", "stream": False, "options": {"num_predict": 1e20}},
+         "cannot unmarshal number 1e+20 into Go struct field Options.num_predict of type int"),
+        ("/api/chat", {"messages": hi, "stream": False, "options": {"top_k": 2.5}}, "Options.top_k of type int"),
+        ("/api/chat", {"messages": hi, "stream": False, "options": {"seed": -(2 ** 40)}}, "Options.seed of type int"),
+    ]:
+        r = srv.http.post(path, json={"model": "smol", **body})
+        assert r.status_code == 400 and needle in r.json()["error"], (body, r.text)
+    ok = srv.http.post("/api/generate", json={"model": "smol", "prompt": "Hi", "stream": False,
+                                              "options": {"num_predict": 2.0, "seed": 4294967295}})
+    assert ok.status_code == 200 and ok.json()["eval_count"] <= 2  # whole floats are ints, as JSON numbers go
+
+
 def test_pull_copy_delete_as_ollama(srv, stores):
     # pull what is already here: Ollama's progress objects, the model's digest and size
     events = list(srv.ol.pull("smollm2-135m", stream=True))
@@ -257,7 +291,9 @@ def test_pull_copy_delete_as_ollama(srv, stores):
     assert e.value.status_code == 400 and "ollama rm tester/smol2:q4" in str(e.value)
     with pytest.raises(ollama.ResponseError) as e:
         srv.ol.delete("smol")
-    assert e.value.status_code == 400 and "started with" in str(e.value)
+    # what works: Ollama's own command for its store (`tqgguf models` deletes nothing)
+    assert e.value.status_code == 400 and "started with" in str(e.value) and "`ollama rm smol:latest`" in str(e.value)
+    assert "tqgguf models" not in str(e.value)
     assert stores["manifest"].is_file() and stores["other"].is_file()
     assert (stores["ollama"] / "blobs" / f"sha256-{SMOL.sha256}").is_file()
 

@@ -246,9 +246,49 @@ def test_infill_through_the_front_fills_the_middle_with_a_fim_model(srv, qwen):
                                ({"input_prefix": "a", "input_suffix": "x", "prompt": 5}, "prompt", "must be a string")]:
         e = srv.http.post("/infill", json={"model": qwen, **bad}).json()["error"]
         assert (e["code"], e["param"]) == (400, param) and needle in e["message"], e
-    # a model without FIM tokens (SmolLM2): llama-server's own 501, naming what is missing
+    # a model without FIM tokens (SmolLM2): a 400 (llama-server: 501) naming what is missing and what works
     e = srv.http.post("/infill", json=INFILL)
-    assert e.status_code == 501 and "Infill is not supported by this model" in e.json()["error"]["message"]
+    msg = e.json()["error"]["message"]
+    assert e.status_code == 400 and "no fill-in-the-middle tokens" in msg and "prefix token is missing" in msg, msg
+
+
+FIM = {"prompt": INFILL["input_prefix"], "suffix": INFILL["input_suffix"]}
+
+
+def test_a_suffix_fills_the_middle_on_v1_completions_and_api_generate(srv, qwen):
+    """OpenAI's and Ollama's ``suffix`` run through llama-server's /infill (Qwen2.5-Coder's FIM
+    tokens around prompt and suffix): the middle is the sum, streamed or not, on both APIs."""
+    done = srv.oa.completions.create(model=qwen, **FIM, max_tokens=6, temperature=0)
+    ch = done.choices[0]
+    assert done.object == "text_completion" and "a + b" in ch.text and ch.finish_reason in ("stop", "length")
+    assert 0 < done.usage.completion_tokens <= 6 and done.usage.prompt_tokens > 10
+    chunks = list(srv.oa.completions.create(model=qwen, **FIM, max_tokens=6, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == ch.text and chunks[-1].choices[0].finish_reason == ch.finish_reason
+    opts = {"temperature": 0, "num_predict": 6}
+    g = srv.ol.generate(model=qwen, **FIM, options=opts)
+    assert "a + b" in g.response and g.done and not g.context  # no context: the prompt went through FIM tokens
+    assert "".join(p.response for p in srv.ol.generate(model=qwen, **FIM, options=opts, stream=True)) == g.response
+    # a model without FIM tokens: a 400 on both, naming why (llama-server answers 501)
+    with pytest.raises(openai.BadRequestError) as e:
+        srv.oa.completions.create(model=ALIAS, **FIM, max_tokens=2)
+    assert "no fill-in-the-middle tokens" in e.value.message
+    with pytest.raises(ollama.ResponseError) as e:
+        srv.ol.generate(model=ALIAS, **FIM, options=opts)
+    assert e.value.status_code == 400 and "no fill-in-the-middle tokens" in str(e.value)
+
+
+@pytest.mark.parametrize("body,param,needle", [
+    ({"prompt": "x", "echo": True}, "echo", "prepend the prompt yourself"),
+    ({"prompt": ["a", "b"], "suffix": "c"}, "prompt", "must be one string"),
+    ({"prompt": "a", "suffix": "c", "n": 2}, "n", "not supported with 'suffix'"),
+    ({"prompt": "a", "suffix": "c", "logprobs": 2}, "logprobs", "not supported with 'suffix'"),
+    ({"prompt": "a", "suffix": 5}, "suffix", "valid string"),
+])
+def test_completions_echo_and_suffix_limits_are_400s_not_silently_dropped(srv, body, param, needle):
+    r = srv.http.post("/v1/completions", json={"model": ALIAS, "max_tokens": 2, **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and needle in err["message"], err
 
 
 def test_responses_and_anthropic_messages_through_the_front(srv):
@@ -261,6 +301,66 @@ def test_responses_and_anthropic_messages_through_the_front(srv):
     assert m["type"] == "message" and m["content"][0]["text"] and m["usage"]["output_tokens"] <= 5
     n = srv.http.post("/v1/messages/count_tokens", json={"model": ALIAS, "messages": HI}).json()
     assert n["input_tokens"] > 3
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+RESPONSE_TOOLS = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+                   "parameters": t["function"]["parameters"]} for t in TOOLS]
+
+
+def test_responses_text_format_json_schema_constrains_the_output(srv):
+    """``text.format`` (which llama-server's Responses conversion ignores) becomes chat's
+    response_format: the answer is JSON of the schema, streamed too."""
+    fmt = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
+    r = srv.oa.responses.create(model=ALIAS, input="Give a person's name and age", text=fmt, max_output_tokens=40,
+                                temperature=0)
+    person = json.loads(r.output_text)
+    assert set(person) == {"name", "age"} and isinstance(person["age"], int), r.output_text
+    events = list(srv.oa.responses.create(model=ALIAS, input="Give a person's name and age", text=fmt,
+                                          max_output_tokens=40, temperature=0, stream=True))
+    assert events[-1].response.output_text == r.output_text
+    j = srv.oa.responses.create(model=ALIAS, input="Say hi as JSON", text={"format": {"type": "json_object"}},
+                                max_output_tokens=20, temperature=0)
+    assert j.output_text.lstrip().startswith("{")
+
+
+def test_responses_tools_give_function_call_items_for_a_plain_json_call(srv, qwen):
+    """Qwen2.5-Coder's plain-JSON call comes back as a ``function_call`` output item (as on the
+    chat route), for tool_choice auto and the Responses object form, which names the tool flat."""
+    for choice in ("auto", {"type": "function", "name": "get_weather"}):
+        r = srv.oa.responses.create(model=qwen, input="What is the weather in Paris?", tools=RESPONSE_TOOLS,
+                                    tool_choice=choice, temperature=0, max_output_tokens=40)
+        (call,) = r.output
+        assert call.type == "function_call" and call.name == "get_weather" and call.call_id, r.output
+        assert json.loads(call.arguments)["city"].lower() == "paris"
+    with pytest.raises(openai.BadRequestError) as e:  # a template without tools, as on the chat route
+        srv.oa.responses.create(model=ALIAS, input="hi", tools=RESPONSE_TOOLS, max_output_tokens=2)
+    assert "does not support tools" in e.value.message
+
+
+@pytest.mark.parametrize("body,param,needle", [
+    ({"max_output_tokens": -5}, "max_output_tokens", "allowed: 1 to 2147483647"),
+    ({"temperature": 3}, "temperature", "allowed: 0 to 2"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format.type", "'json_schema'"),
+    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format", "needs its 'schema'"),
+    ({"tools": [{"type": "function"}]}, "tools[0]", "needs its 'name'"),
+    ({"tool_choice": {"type": "function", "function": {"name": "x"}}}, "tool_choice", '"name": ...'),
+])
+def test_responses_bad_fields_are_400s_naming_the_field(srv, body, param, needle):
+    r = srv.http.post("/v1/responses", json={"model": ALIAS, "input": "hi", **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and needle in err["message"], err
+
+
+@pytest.mark.parametrize("path,body", [("/v1/chat/completions", {"messages": HI}), ("/v1/completions", {"prompt": "x"}),
+                                       ("/v1/embeddings", {"input": "x"}), ("/v1/responses", {"input": "x"})])
+def test_the_openai_routes_need_a_model_as_openai_does(srv, path, body):
+    r = srv.http.post(path, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["message"] == "you must provide a model parameter" and err["param"] == "model", err
 
 
 def test_v1_models_lists_every_servable_model_and_n_is_bounded_by_the_slots(srv, model_file):

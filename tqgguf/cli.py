@@ -57,7 +57,7 @@ class LazyGroup(click.Group):
 @click.pass_context
 def main(ctx):
     """tqgguf: TurboQuant KV-cache compression (turbo3/turbo4) for GGUF models."""
-    if ctx.invoked_subcommand not in (None, "env"):  # `tqgguf env` lists them itself
+    if ctx.invoked_subcommand is not None:  # every verb, `tqgguf env` too: on stderr, before its output
         from .enginevars import warn_unknown_variables
 
         warn_unknown_variables(echo=lambda m: click.echo(m, err=True))

@@ -582,8 +582,9 @@ def lookup(name: str, *, copies_too: bool = True) -> Found | None:
     """The model ``name`` names, without downloading: a registry model whose file is in
     :func:`models_dir` (``smollm2-135m``, also as ``smollm2-135m:latest``), a copy, or a model
     in Ollama's store; None when it names none of them (or a registry model not downloaded).
-    Raises ModelError for a store manifest that exists but cannot be served (why)."""
-    key = name.strip().lower()
+    Raises ModelError for a store manifest that exists but cannot be served (why). Names resolve
+    with Ollama's defaults: ``registry.ollama.ai/library/smollm2-135m:latest`` is ``smollm2-135m``."""
+    key = ollama_store.short_name(name).lower()
     bare = key.removesuffix(":latest")
     if bare in MODELS:
         spec = MODELS[bare]

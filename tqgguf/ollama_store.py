@@ -103,6 +103,17 @@ class OllamaName:
         return Path(self.host, self.namespace, self.model, self.tag)
 
 
+def short_name(text: str) -> str:
+    """``text`` with Ollama's default registry and namespace dropped, as Ollama resolves a name:
+    ``registry.ollama.ai/library/smol:latest`` and ``library/smol`` -> ``smol:latest`` (the
+    tag as given, ``latest`` when none); any other text (another registry or namespace, a path,
+    a name Ollama would not parse) unchanged, stripped."""
+    name = OllamaName.parse(text) if "/" in text else None
+    if name is None or (name.host.lower(), name.namespace.lower()) != (DEFAULT_HOST, DEFAULT_NAMESPACE):
+        return text.strip()
+    return name.shortest()
+
+
 @dataclass
 class OllamaModel:
     """One model in Ollama's store.

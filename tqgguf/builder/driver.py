@@ -1,9 +1,11 @@
 """Configure, compile and install the patched engine; skip all of it when nothing changed.
 
 Fingerprint = sha256 over (pin, every patch in series order (llama.cpp, then the sdist's own), every native/ file, the CMake
-definitions, the backend, the machine). The wheel carries ``llama_cpp/_tqgguf_build.json``
-with it, so ``installed_build_info()`` can tell without importing llama_cpp whether the
-installed engine is the one this checkout would build.
+definitions, the backend, the machine) — of the patches and native/ files, only those the backend
+compiles (``source.READ_BY``: a change under ``ggml-cuda/`` is no rebuild of a CPU engine). The
+wheel carries ``llama_cpp/_tqgguf_build.json`` with it (the fingerprint and a digest per input), so
+``installed_build_info()`` can tell without importing llama_cpp whether the installed engine is
+the one this checkout would build, and :func:`rebuild_reason` what changed.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..fsutil import cache_dir
-from .source import PIN, native_dir, native_files, prepare_tree, sdist_series, series
+from .source import PIN, native_dir, native_files, patch_read_by, prepare_tree, sdist_series, series
 
 BACKENDS = ("cpu", "cuda", "metal")
 TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")
@@ -110,8 +112,73 @@ def _is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
+def fingerprint_inputs(cfg: BuildConfig) -> dict[str, str]:
+    """Everything that determines the built engine, each as a short sha256 of its bytes, in
+    order: ``pin``, ``patches/NAME``, ``patches/sdist/NAME``, ``native/PATH`` (only the patches
+    and files ``cfg.backend`` compiles: ``source.READ_BY``), ``defines``, ``platform``."""
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    out = {"pin": digest(f"{PIN.package}=={PIN.version} {PIN.sha256}".encode())}
+    out.update({f"patches/{p.name}": digest(p.read_bytes()) for p in series() if patch_read_by(p, cfg.backend)})
+    out.update({f"patches/sdist/{p.name}": digest(p.read_bytes()) for p in sdist_series()})
+    out.update({f"native/{rel.as_posix()}": digest((native_dir() / rel).read_bytes())
+                for rel in native_files(cfg.backend)})
+    out["defines"] = digest(json.dumps(cfg.defines(), sort_keys=True).encode())
+    out["platform"] = digest(f"{cfg.backend} {platform.machine()} {sys.version_info[:2]}".encode())
+    return out
+
+
 def fingerprint(cfg: BuildConfig) -> str:
-    """sha256 of everything that determines the built engine (see module docstring)."""
+    """sha256 of :func:`fingerprint_inputs` (see module docstring)."""
+    return fingerprint_of(fingerprint_inputs(cfg))
+
+
+def fingerprint_of(inputs: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
+
+
+def rebuild_reason(inputs: dict[str, str], installed: dict | None, *, force: bool = False,
+                   missing_tools: list[str] | None = None) -> str:
+    """One line saying why ``tqgguf build`` compiles: ``--force``, no engine of ours installed,
+    the inputs that changed since the installed build (its record's ``inputs``: added, removed,
+    changed; the first few named), or the llama.cpp programs that are missing."""
+    if force:
+        return "rebuilding: --force"
+    if installed is None:
+        return "building: no tqgguf engine is installed"
+    before = installed.get("inputs")
+    if installed.get("fingerprint") == fingerprint_of(inputs) or before == inputs:
+        return f"building: missing or stale llama.cpp programs ({', '.join(missing_tools or []) or 'none named'})"
+    if not isinstance(before, dict):
+        return "rebuilding: the installed engine's build record names no inputs (built before per-file " \
+               "fingerprints), so what changed is unknown"
+    changed = [k for k in inputs if k in before and before[k] != inputs[k]]
+    added = [k for k in inputs if k not in before]
+    removed = [k for k in before if k not in inputs]
+    parts = [f"{what} {', '.join(keys[:4])}{f' (+{len(keys) - 4} more)' if len(keys) > 4 else ''}"
+             for what, keys in (("changed", changed), ("new", added), ("gone", removed)) if keys]
+    return "rebuilding: " + "; ".join(parts) + " since the installed engine"
+
+
+def _installed_record() -> Path | None:
+    spec = find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return next((f for loc in spec.submodule_search_locations if (f := Path(loc) / BUILD_INFO_NAME).exists()), None)
+
+
+def installed_build_info() -> dict | None:
+    """The build record of the installed llama_cpp package, or None if it is not ours."""
+    f = _installed_record()
+    return json.loads(f.read_text()) if f is not None else None
+
+
+def legacy_fingerprint(cfg: BuildConfig) -> str:
+    """The fingerprint as builds before per-input digests computed it (every native/ file and
+    patch, whatever the backend): an installed engine whose record has no ``inputs`` and this
+    fingerprint is this checkout's build, and :func:`build` restamps its record instead of
+    compiling again."""
     h = hashlib.sha256()
     h.update(f"{PIN.package}=={PIN.version} {PIN.sha256}\n".encode())
     for p in series():
@@ -125,16 +192,13 @@ def fingerprint(cfg: BuildConfig) -> str:
     return h.hexdigest()
 
 
-def installed_build_info() -> dict | None:
-    """The build record of the installed llama_cpp package, or None if it is not ours."""
-    spec = find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for loc in spec.submodule_search_locations:
-        f = Path(loc) / BUILD_INFO_NAME
-        if f.exists():
-            return json.loads(f.read_text())
-    return None
+def _restamp(fp: str, inputs: dict[str, str], tools_dir: Path) -> None:
+    """Write the current fingerprint and inputs into the installed engine's record and the
+    tools' stamp (the engine itself is unchanged: its legacy fingerprint matched)."""
+    f = _installed_record()
+    if f is not None:
+        f.write_text(json.dumps({**json.loads(f.read_text()), "fingerprint": fp, "inputs": inputs}, indent=1))
+    (tools_dir / "fingerprint").write_text(fp)
 
 
 def _run_logged(cmd: list[str], log: Path, env: dict, on_line: Callable[[str], None], cwd: Path | None = None) -> None:
@@ -229,7 +293,8 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     with the tail of the log and its path).
     """
     t0 = time.time()
-    fp = fingerprint(cfg)
+    inputs = fingerprint_inputs(cfg)
+    fp = fingerprint_of(inputs)
     root = cache_dir()
     tree = root / "src" / PIN.tree_name
     build_dir = root / "build" / cfg.backend
@@ -238,10 +303,17 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     log_path = root / "build" / f"build-{cfg.backend}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     have = installed_build_info()
+    # a record written before per-input digests matches by the old fingerprint (then restamped)
+    stamps = {fp} if have is None or "inputs" in have else {fp, legacy_fingerprint(cfg)}
     tools_ok = all((tools_dir / "bin" / t).exists() for t in cfg.targets) and \
-        (tools_dir / "fingerprint").exists() and (tools_dir / "fingerprint").read_text() == fp
-    if not force and have and have.get("fingerprint") == fp and tools_ok:
+        (tools_dir / "fingerprint").exists() and (tools_dir / "fingerprint").read_text() in stamps
+    if not force and have and have.get("fingerprint") in stamps and tools_ok:
+        if have.get("fingerprint") != fp:
+            _restamp(fp, inputs, tools_dir)
+            log("the installed engine is this checkout's build; its record now names its inputs")
         return BuildResult(fp, True, time.time() - t0, None, tools_dir, log_path)
+    log(rebuild_reason(inputs, have, force=force,
+                       missing_tools=[t for t in cfg.targets if not (tools_dir / "bin" / t).exists()]))
 
     if (missing := missing_toolchain(cfg.backend, cuda_arch=cfg.cuda_arch)) is not None:
         raise RuntimeError(missing)
@@ -250,7 +322,7 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
         log("warning: ccache not found; rebuilds will recompile everything (apt-get install ccache)")
     log(f"preparing patched source tree in {tree}")
     prepare_tree(tree, log)
-    info = {"fingerprint": fp, "pin": f"{PIN.package}=={PIN.version}", "llama_cpp_commit": PIN.llama_cpp_commit,
+    info = {"fingerprint": fp, "inputs": inputs, "pin": f"{PIN.package}=={PIN.version}", "llama_cpp_commit": PIN.llama_cpp_commit,
             "backend": cfg.backend, "defines": cfg.defines(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     (tree / "llama_cpp" / BUILD_INFO_NAME).write_text(json.dumps(info, indent=1))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,10 +77,41 @@ def sdist_series() -> list[Path]:
     return _read_series(patches_dir() / "sdist")
 
 
-def native_files() -> list[Path]:
-    """Files under native/ (relative to native/, which mirrors vendor/llama.cpp)."""
+#: Which backends' builds compile the files under a llama.cpp path (native/ mirrors vendor/llama.cpp;
+#: patches name the files they touch): the longest matching prefix wins; a path under none is
+#: compiled by every build. The one place for this rule: the fingerprint (:func:`native_files`,
+#: :func:`patch_read_by`) leaves out what a backend does not compile, so a CUDA-only change is no
+#: rebuild of a CPU engine. Metal reads the flash-attention pairs from the CUDA directory.
+READ_BY: dict[str, tuple[str, ...]] = {
+    "ggml/src/ggml-cuda/": ("cuda",),
+    "ggml/src/ggml-cuda/turbo-pairs.h": ("cuda", "metal"),
+    "ggml/src/ggml-metal/": ("metal",),
+}
+
+
+def compiled_by(rel: str | Path, backend: str) -> bool:
+    """Whether a build for ``backend`` compiles the llama.cpp file ``rel`` (:data:`READ_BY`)."""
+    text = Path(rel).as_posix()
+    match = max((k for k in READ_BY if text.startswith(k)), key=len, default=None)
+    return match is None or backend in READ_BY[match]
+
+
+def native_files(backend: str | None = None) -> list[Path]:
+    """Files under native/ (relative to native/, which mirrors vendor/llama.cpp): all of them
+    (the overlay copies every one), or those a build for ``backend`` compiles (:data:`READ_BY`)."""
     root = native_dir()
-    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files = (p.relative_to(root) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(rel for rel in files if backend is None or compiled_by(rel, backend))
+
+
+_PATCHED_FILE = re.compile(r"^diff --git a/(\S+) b/", re.M)
+
+
+def patch_read_by(patch: Path, backend: str) -> bool:
+    """Whether a patch of the series changes a file a build for ``backend`` compiles (one that
+    touches only ``ggml-cuda/`` does not matter to a CPU build; a patch that names no file counts)."""
+    files = _PATCHED_FILE.findall(patch.read_text(errors="replace"))
+    return not files or any(compiled_by(f, backend) for f in files)
 
 
 WAYS_OUT = (f"Either download {PIN.sdist_name} (sha256 {PIN.sha256}) yourself and set TQGGUF_SDIST=PATH, "

@@ -21,7 +21,8 @@ def command(as_json: bool) -> None:
     Precedence: CLI flag > TQGGUF_* > OLLAMA_* > default. A bad value is an error naming
     the variable, the value and what is allowed (exit status 2), the same message
     ``tqgguf serve`` gives for it (a listen address that does not resolve, or is not this
-    machine's, included)."""
+    machine's, included). A set variable tqgguf does not read (a likely typo) is warned about
+    on stderr before the report, as every verb does (``--json``: also its ``did_you_mean``)."""
     try:
         settings = resolve_settings({}, os.environ)
         check_listen_address(settings)
@@ -53,7 +54,6 @@ def command(as_json: bool) -> None:
     for name, row in report["variables"].items():
         v.add_row(name, "-" if row["value"] is None else repr(row["value"]), row["description"])
     console.print(v)
-    _print_unknown(console, report)
 
 
 def _source(row: dict) -> str:
@@ -85,11 +85,3 @@ def _print_narrow(console: Console, report: dict) -> None:
         value = "-" if row["value"] is None else repr(row["value"])
         console.print(f"[bold]{name}[/bold] = {escape(value)}", highlight=False)
         indented(row["description"], "dim")
-    _print_unknown(console, report)
-
-
-def _print_unknown(console: Console, report: dict) -> None:
-    for name, near in report["did_you_mean"].items():
-        hint = f"; did you mean {near}?" if near else ""
-        console.print(f"[yellow]warning:[/yellow] {name} is set but tqgguf does not read it (typo?){hint}",
-                      highlight=False)

@@ -60,8 +60,13 @@ def error(request: Request, status: int, message: str, code: str | None = None,
     return openai_error(status, message, code, param)
 
 
-#: llama-server's 500s that are the request's fault, by their message: (pattern, the 400's message).
+#: llama-server's 5xx answers that are the request's fault, by their message: (pattern, the 400's message).
 _CLIENT_FAULTS = (
+    # 501 "Infill is not supported by this model: prefix token is missing. suffix token is missing. ..."
+    (re.compile(r"Infill is not supported by this model: (.*?)\.?\s*$", re.S),
+     "this model has no fill-in-the-middle tokens (llama.cpp: {0}): a suffix (/api/generate, /v1/completions) "
+     "and /infill need a code model whose vocabulary has FIM prefix, suffix and middle tokens, such as "
+     "qwen2.5-coder-0.5b; send the request without a suffix"),
     # "input (700 tokens) is too large to process. increase the physical batch size (current batch size: 512)"
     (re.compile(r"input \((\d+) tokens\) is too large to process.*batch size: (\d+)", re.S),
      "an input has {0} tokens, more than the {1} tokens an embeddings batch holds here (the embeddings child "
@@ -75,11 +80,11 @@ _CLIENT_FAULTS = (
 
 
 def upstream_error(status: int, message: str) -> tuple[int, str]:
-    """llama-server's error ``(status, message)`` as the client gets it: a 500 that is the request's
+    """llama-server's error ``(status, message)`` as the client gets it: a 5xx that is the request's
     fault (:data:`_CLIENT_FAULTS`: an embeddings input longer than the batch, an image for a model
-    without a projector) as a 400 that says what the limit is and which setting changes it;
-    anything else unchanged."""
-    if status == 500:
+    without a projector, fill-in-the-middle for a model without FIM tokens: llama-server's 501) as
+    a 400 that says what the limit is and which setting changes it; anything else unchanged."""
+    if status >= 500:
         for pattern, text in _CLIENT_FAULTS:
             if m := pattern.search(message):
                 return 400, text.format(*m.groups())

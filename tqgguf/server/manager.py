@@ -141,16 +141,16 @@ class Manager:
         for m in self.models.values():
             if low in m.names():
                 return m
-        if "/" in name or "\\" in name or name.lower().endswith(".gguf"):
-            # clients name models; they do not pick files on the server's disk
-            raise ModelNotFound(f"model '{name}' not found; served: {', '.join(m.name for m in self.models.values())}; "
-                                "others by their `tqgguf models list` name")
-        found = _lookup(name.strip())
+        found = _lookup(name.strip())  # Ollama's full names too (registry.ollama.ai/library/NAME:TAG)
         if found is not None:  # a downloaded registry model, a copy, or a model in Ollama's store
             key = str(found.path)
             if key not in self.models:
                 self.models[key] = ModelFile(found.name, found.path, ollama=found.ollama)
             return self.models[key]
+        if "/" in name or "\\" in name or name.lower().endswith(".gguf"):
+            # clients name models; they do not pick files on the server's disk
+            raise ModelNotFound(f"model '{name}' not found; served: {', '.join(m.name for m in self.models.values())}; "
+                                "others by their `tqgguf models list` name")
         path = self._resolve(name.strip())
         key = str(path)
         if key not in self.models:

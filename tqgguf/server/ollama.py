@@ -43,6 +43,13 @@ OPTION_FIELDS = {
     "num_keep": "n_keep", "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
     "penalize_newline": None, "tfs_z": None,
 }
+
+#: The options Ollama declares as Go ints (``api.Options``/``Runner``), with the range llama-server
+#: takes them in (its fields are 32-bit; a seed is unsigned, -1 random): a value outside is a 400,
+#: as Ollama refuses a number that does not fit its field, not a wrapped number.
+INT_OPTIONS = {k: (-(1 << 31), (1 << 31) - 1) for k in ("num_predict", "top_k", "repeat_last_n", "num_keep",
+                                                        "mirostat")}
+INT_OPTIONS["seed"] = (-(1 << 31), (1 << 32) - 1)
 class RequestError(Exception):
     """A request the API refuses: HTTP ``status`` and the message for the client."""
 
@@ -67,6 +74,25 @@ def model_name(body: dict) -> str:
     if not isinstance(name, str) or not name.strip():
         raise RequestError(400, "model is required")
     return name
+
+
+def flag(body: dict, key: str, default: bool) -> bool:
+    """A boolean request field (``stream``, ``raw``, ``truncate``, ``shift``): ``default`` when
+    absent or null; RequestError(400) for any other type, as Ollama's JSON decoding refuses
+    ``"stream": "false"`` (a string would otherwise count as true and stream)."""
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise RequestError(400, f"json: cannot unmarshal {_json_kind(v)} into Go value of type bool: {key} must be "
+                                f"true or false (default {str(default).lower()}), not {json.dumps(v)}")
+    return v
+
+
+def _json_kind(v: Any) -> str:
+    """Go's name for a JSON value's kind in its unmarshal errors."""
+    return ("string" if isinstance(v, str) else "number" if isinstance(v, (int, float)) else
+            "array" if isinstance(v, list) else "object" if isinstance(v, dict) else "value")
 
 
 def keep_alive(body: dict) -> float | None:
@@ -144,8 +170,20 @@ def options(body: dict, defaults: dict[str, Any] | None = None) -> tuple[dict[st
                 raise RequestError(400, "options.stop must be a string or a list of strings")
         elif isinstance(v, bool) or not isinstance(v, (int, float)):
             raise RequestError(400, f"options.{k} {v!r} must be a number")
+        elif k in INT_OPTIONS:
+            v = _int_option(k, v)
         out[field] = v
     return out, load
+
+
+def _int_option(k: str, v: int | float) -> int:
+    """An integer option's value (a whole float counts, as JSON numbers do); RequestError(400)
+    for a fraction or a value outside :data:`INT_OPTIONS` (``num_predict: 1e20``)."""
+    lo, hi = INT_OPTIONS[k]
+    if isinstance(v, float) and not v.is_integer() or not lo <= v <= hi:
+        raise RequestError(400, f"json: cannot unmarshal number {json.dumps(v)} into Go struct field "
+                                f"Options.{k} of type int (options.{k} must be an integer from {lo} to {hi})")
+    return int(v)
 
 
 #: Smallest value of each integer load-time option (num_gpu -1: the server's choice; num_thread 0: the same).

@@ -3,7 +3,7 @@
 The body goes to llama-server as the client sent it, but for what is checked and changed here:
 
 - **Validation** (:func:`validate`, pydantic models :class:`ChatRequest`,
-  :class:`CompletionRequest`, :class:`EmbeddingRequest`): the fields OpenAI types and bounds,
+  :class:`CompletionRequest`, :class:`EmbeddingRequest`): ``model`` required, the fields OpenAI types and bounds,
   with OpenAI's ranges (:data:`RANGES`: ``temperature`` 0–2, ``top_p`` 0–1, ``max_tokens`` from
   1, ``n`` from 1, penalties −2–2, ``top_logprobs`` 0–20), ``messages`` non-empty, ``tools`` a
   list of functions, ``tool_choice`` in OpenAI's forms, an embeddings ``input`` of text or
@@ -22,6 +22,12 @@ The body goes to llama-server as the client sent it, but for what is checked and
   into ``tool_calls`` when it names an offered tool, as Ollama's parser accepts it and
   ``/api/chat`` does (``ollama.tool_calls_from_text``), streamed too (text that may be a call
   is held back until it is known not to be one).
+- **The Responses API** (:func:`prepare_responses`, :class:`ResponsesAnswer`): validated
+  (:class:`ResponsesRequest`), ``text.format`` sent as chat's ``response_format`` (llama-server's
+  conversion ignores ``text``), tools as for chat (:func:`tool_plan`), a plain-JSON call as a
+  ``function_call`` output item (not streamed).
+- **Fill-in-the-middle** (:func:`infill_body`, :class:`InfillAnswer`): ``/v1/completions`` with a
+  ``suffix`` runs through llama-server's ``/infill`` and answers as a legacy completion.
 - **A character cut by max_tokens** (:func:`drop_cut_character`): llama-server's non-streamed
   answer ends in U+FFFD where the last token ended inside a UTF-8 character, its stream drops
   those bytes; both drop them here, as Ollama's runner does (``flushPending`` trims the
@@ -33,9 +39,9 @@ image for a model without a projector) become 400s in ``errors.upstream_error``,
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .ollama import RequestError, no_tools, supports_tools, tool_calls_from_text
 
@@ -47,7 +53,8 @@ INT32_MAX = (1 << 31) - 1
 #: by the models below and by their error messages. max_tokens' top is llama-server's.
 RANGES: dict[str, tuple[float, float]] = {
     "temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2),
-    "max_tokens": (1, INT32_MAX), "max_completion_tokens": (1, INT32_MAX), "n": (1, 128), "top_logprobs": (0, 20),
+    "max_tokens": (1, INT32_MAX), "max_completion_tokens": (1, INT32_MAX), "max_output_tokens": (1, INT32_MAX),
+    "n": (1, 128), "top_logprobs": (0, 20),
 }
 
 
@@ -62,8 +69,12 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+#: A function's name, as OpenAI bounds it.
+ToolName = Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
 class Function(_Open):
-    name: Annotated[str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    name: ToolName
     description: Annotated[str | None, Field(None, strict=True)]
     parameters: dict[str, Any] | None = None
 
@@ -78,8 +89,12 @@ class Message(_Open):
     content: str | list[dict[str, Any]] | None = None
 
 
+#: ``model``: required, as OpenAI requires it (absent: "you must provide a model parameter").
+ModelField = Annotated[str, Field(strict=True, min_length=1)]
+
+
 class _Sampling(_Open):
-    model: Annotated[str | None, Field(None, strict=True)]
+    model: ModelField
     stream: Annotated[bool | None, Field(None, strict=True)]
     temperature: _num("temperature")
     top_p: _num("top_p")
@@ -119,6 +134,8 @@ class CompletionRequest(_Sampling):
     prompt: Any = None
     max_tokens: Annotated[int | None, Field(None, strict=True, ge=0, le=INT32_MAX)]
     logprobs: Any = None
+    suffix: Annotated[str | None, Field(None, strict=True)]
+    echo: Annotated[bool | None, Field(None, strict=True)]
 
     @field_validator("logprobs")
     @classmethod
@@ -135,10 +152,71 @@ class CompletionRequest(_Sampling):
         raise ValueError("must be a string, a list of strings, a list of token ids or a list of such lists")
 
 
+class _Typed(_Open):
+    """An object whose ``type`` makes a field required: ``needs`` = (the type, the field, the
+    message when it is missing)."""
+
+    needs: ClassVar[tuple[str, str, str]]
+
+    @model_validator(mode="after")
+    def _needed(self) -> "_Typed":
+        kind, name, why = self.needs
+        if getattr(self, "type") == kind and getattr(self, name) is None:
+            raise ValueError(why)
+        return self
+
+
+class ResponseFormat(_Typed):
+    """``text.format`` of a Responses request: ``text``, ``json_object``, or ``json_schema`` with
+    the schema beside ``name`` (not nested as in chat's ``response_format``)."""
+
+    needs = ("json_schema", "schema_", "a json_schema format needs its 'schema' (a JSON schema object)")
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[str | None, Field(None, strict=True)]
+    schema_: Annotated[dict[str, Any] | None, Field(None, alias="schema")]
+
+
+class ResponseText(_Open):
+    format: ResponseFormat | None = None
+
+
+class ResponseTool(_Typed):
+    """A Responses tool: ``{"type": "function", "name": ..., "parameters": ...}`` (flat, not
+    under ``function``). Other types (web search, file search, ...) llama-server skips."""
+
+    needs = ("function", "name", "a function tool needs its 'name'")
+    type: Annotated[str, Field(strict=True)]
+    name: ToolName | None = None
+
+
+class ResponsesRequest(_Open):
+    """``POST /v1/responses``: the fields OpenAI types and bounds; the rest (``input``'s items,
+    ``instructions``) llama-server converts to a chat request and checks itself."""
+
+    model: ModelField
+    input: Any
+    stream: Annotated[bool | None, Field(None, strict=True)]
+    temperature: _num("temperature")
+    top_p: _num("top_p")
+    max_output_tokens: _num("max_output_tokens", int)
+    tools: list[ResponseTool] | None = None
+    tool_choice: Any = None
+    text: ResponseText | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict) and v.get("type") == "function" and isinstance(v.get("name"), str):
+            return v
+        raise ValueError('must be "none", "auto", "required" or {"type": "function", "name": ...}')
+
+
 class EmbeddingRequest(_Open):
     """``POST /v1/embeddings``: ``input`` is text, a list of texts, token ids or lists of them."""
 
-    model: Annotated[str | None, Field(None, strict=True)]
+    model: ModelField
     input: Any
     encoding_format: Literal["float", "base64"] | None = None
 
@@ -192,6 +270,8 @@ def validate(model: type[BaseModel], body: dict) -> BaseModel:
             msg = f"Invalid '{param}': {json.dumps(given)} is below the minimum {err['ctx']['ge']}"
         elif kind == "too_short" and param == "messages":
             msg = "Invalid 'messages': empty array; expected at least one message"
+        elif kind == "missing" and param == "model":
+            msg = "you must provide a model parameter"
         elif kind == "missing":
             msg = f"Missing required parameter: '{param}'"
         else:
@@ -212,49 +292,98 @@ def check_n(n: int | None, n_parallel: int) -> None:
                            param="n", code="invalid_value")
 
 
+def tool_plan(names: list[str], choice: Any, wanted: str | None, model_name: str,
+              chat_template: str) -> tuple[str | None, set[str], bool]:
+    """What a request's tools need, for the chat and the Responses routes alike: ``(action,
+    tool_names, demanded)``. ``names``: the offered functions; ``choice``: ``tool_choice``;
+    ``wanted``: the function its object form names, else None. ``action``: None (send the tools
+    as they are), ``"drop"`` (send no tools: ``tool_choice`` "none" for a template without
+    them) or ``"only"`` (send only ``wanted``, with ``tool_choice`` "required": what the object
+    form means; llama-server does not read it); ``tool_names``: the tools whose plain-JSON calls
+    the answer's rewrite recognises (none with "none"); ``demanded``: a call is required.
+
+    RequestError(400): ``tool_choice`` "required" or a named function without tools, tools for
+    a template without them, a named tool that is not offered."""
+    if not names:
+        if wanted is not None or choice == "required":
+            raise RequestError(400, f"Invalid 'tool_choice': {json.dumps(choice)} needs 'tools'", param="tool_choice",
+                               code="invalid_value")
+        return None, set(), False
+    if not supports_tools(chat_template):
+        if choice == "none":
+            return "drop", set(), False
+        raise RequestError(400, f"{no_tools(model_name)}; send the request without tools, or with tool_choice "
+                                "\"none\"", param="tools", code="invalid_value")
+    if wanted is not None:
+        if wanted not in names:
+            raise RequestError(400, f"Invalid 'tool_choice': function {wanted!r} is not among the tools ("
+                                    f"{', '.join(names)})", param="tool_choice", code="invalid_value")
+        return "only", {wanted}, True
+    return None, set() if choice == "none" else set(names), choice == "required"
+
+
 def prepare_chat(body: dict, req: ChatRequest, model_name: str, chat_template: str,
                  n_parallel: int) -> tuple[dict | None, ChatAnswer]:
     """What a valid chat request needs before it goes to llama-server: ``(new_body, answer)``:
     ``new_body`` is None when the client's bytes can go unchanged, else the body to send
-    (``tool_choice``'s object form as ``"required"`` over that one tool; tools dropped with
-    ``tool_choice: "none"`` for a template without tools); ``answer`` the :class:`ChatAnswer`
-    rewrite, with the offered tools whose plain-JSON calls it recognises (none with
-    ``tool_choice`` "none") and whether a call is demanded ("required", a named function).
+    (:func:`tool_plan`'s changes); ``answer`` the :class:`ChatAnswer` rewrite, with the offered
+    tools whose plain-JSON calls it recognises and whether a call is demanded.
 
     RequestError(400): ``n`` above ``n_parallel`` (llama-server runs each choice in a slot),
-    tools for a template without them, a named tool that is not offered.
+    and :func:`tool_plan`'s refusals.
     """
     check_n(req.n, n_parallel)
-    tools, choice = req.tools or [], req.tool_choice
-    if not tools:
-        if isinstance(choice, dict) or choice == "required":
-            raise RequestError(400, f"Invalid 'tool_choice': {json.dumps(choice)} needs 'tools'", param="tool_choice",
-                               code="invalid_value")
-        return None, ChatAnswer()
-    if not supports_tools(chat_template):
-        if choice == "none":
-            return {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}, ChatAnswer()
-        raise RequestError(400, f"{no_tools(model_name)}; send the request without tools, or with tool_choice "
-                                "\"none\"", param="tools", code="invalid_value")
-    names = [t.function.name for t in tools]
-    if isinstance(choice, dict):
-        want = choice["function"]["name"]
-        if want not in names:
-            raise RequestError(400, f"Invalid 'tool_choice': function {want!r} is not among the tools ("
-                                    f"{', '.join(names)})", param="tool_choice", code="invalid_value")
-        new = dict(body, tool_choice="required", tools=[t for t in body["tools"] if t["function"]["name"] == want])
-        return new, ChatAnswer({want}, demanded=True)
-    return None, ChatAnswer(set() if choice == "none" else set(names), demanded=choice == "required")
+    choice = req.tool_choice
+    wanted = choice["function"]["name"] if isinstance(choice, dict) else None
+    action, names, demanded = tool_plan([t.function.name for t in req.tools or []], choice, wanted, model_name,
+                                        chat_template)
+    if action == "drop":
+        return {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}, ChatAnswer()
+    if action == "only":
+        return (dict(body, tool_choice="required", tools=[t for t in body["tools"] if t["function"]["name"] == wanted]),
+                ChatAnswer(names, demanded=True))
+    return None, ChatAnswer(names, demanded=demanded)
 
 
-def answer_json(data: bytes) -> dict | None:
-    """A whole (non-streamed) OpenAI answer parsed: the JSON object when it has a ``choices``
-    list, else None (not JSON, an error body, another shape: the caller leaves it as sent)."""
+def prepare_responses(body: dict, req: ResponsesRequest, model_name: str,
+                      chat_template: str) -> tuple[dict, ResponsesAnswer]:
+    """A Responses request (checked: :class:`ResponsesRequest`) made ready for llama-server's
+    ``/v1/responses``, which converts it to a chat request: ``(body_to_send, answer)``.
+    ``text.format`` becomes chat's ``response_format`` (llama-server's conversion ignores
+    ``text``, so a json_schema would not constrain anything): ``json_schema`` -> ``{"type":
+    "json_schema", "json_schema": {"name", "schema"}}``, ``json_object`` -> ``{"type":
+    "json_object"}``; tools as :func:`tool_plan` says (the object form of ``tool_choice``,
+    ``{"type": "function", "name": N}``, as "required" over that one tool). ``answer``: the
+    :class:`ResponsesAnswer` that turns a plain-JSON call into a ``function_call`` item.
+    RequestError(400): :func:`tool_plan`'s refusals."""
+    out = {k: v for k, v in body.items() if k != "text"}
+    fmt = req.text.format if req.text is not None else None
+    if fmt is not None and fmt.type == "json_schema":
+        out["response_format"] = {"type": "json_schema",
+                                  "json_schema": {"name": fmt.name or "format", "schema": fmt.schema_}}
+    elif fmt is not None and fmt.type == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    choice = req.tool_choice
+    wanted = choice["name"] if isinstance(choice, dict) else None
+    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    action, names, demanded = tool_plan([t["name"] for t in tools], choice, wanted, model_name, chat_template)
+    if action == "drop":
+        out.pop("tools", None)
+        out.pop("tool_choice", None)
+    elif action == "only":
+        out.update(tool_choice="required", tools=[t for t in tools if t["name"] == wanted])
+    return out, ResponsesAnswer(names, demanded)
+
+
+def answer_json(data: bytes, key: str = "choices", kind: type = list) -> dict | None:
+    """A whole (non-streamed) answer parsed: the JSON object when its ``key`` is a ``kind`` (an
+    OpenAI answer's ``choices`` list, a Responses answer's ``output``, llama-server's native
+    ``content``), else None (not JSON, an error body, another shape: the caller leaves it as sent)."""
     try:
         j = json.loads(data)
     except ValueError:
         return None
-    return j if isinstance(j, dict) and isinstance(j.get("choices"), list) else None
+    return j if isinstance(j, dict) and isinstance(j.get(key), kind) else None
 
 
 REPLACEMENT = "\ufffd"
@@ -364,3 +493,113 @@ class ChatAnswer:
                                                              "finish_reason": None}]})
         out += b"data: " + json.dumps(ev, ensure_ascii=False).encode() + b"\n"
         return out + b"\ndata: [DONE]\n" if self.finished else out
+
+
+class ResponsesAnswer:
+    """Rewrites one non-streamed ``/v1/responses`` answer (a :class:`~.proxy.Rewrite`): a
+    ``message`` output item whose text is a plain-JSON call of an offered tool (Qwen2.5-Coder's;
+    :func:`~.ollama.tool_calls_from_text`, as :class:`ChatAnswer` reads chat answers) becomes
+    ``function_call`` items as llama-server writes parsed calls (``id`` ``fc_...``, ``call_id``,
+    ``name``, ``arguments`` as a JSON string, ``status`` completed). A stream is relayed as it
+    comes (``streams`` false): its events already went out when the text is known to be a call."""
+
+    streams = False
+
+    def __init__(self, tool_names: set[str] | None = None, demanded: bool = False):
+        self.tool_names = tool_names or set()
+        self.demanded = demanded
+
+    def body(self, data: bytes) -> bytes:
+        j = answer_json(data, "output") if self.tool_names else None
+        items = j["output"] if j is not None else []
+        if not items or any(isinstance(i, dict) and i.get("type") == "function_call" for i in items):
+            return data
+        out, changed = [], False
+        for item in items:
+            calls = None
+            if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list):
+                text = "".join(p.get("text", "") for p in item["content"]
+                               if isinstance(p, dict) and p.get("type") == "output_text")
+                calls = tool_calls_from_text(text, self.tool_names, leading=self.demanded)
+            if not calls:
+                out.append(item)
+                continue
+            changed = True
+            for c in calls:
+                cid = c["id"].removeprefix("call_")
+                out.append({"id": f"fc_{cid}", "type": "function_call", "status": "completed",
+                            "arguments": c["function"]["arguments"], "call_id": f"call_{cid}",
+                            "name": c["function"]["name"]})
+        if not changed:
+            return data
+        j["output"] = out
+        return json.dumps(j, ensure_ascii=False).encode()
+
+    def sse_line(self, line: bytes) -> bytes:
+        return line
+
+
+def infill_body(body: dict, req: CompletionRequest) -> dict:
+    """A ``/v1/completions`` request with a ``suffix`` as llama-server's ``/infill`` body (the
+    model's FIM tokens around ``prompt`` and ``suffix``): ``input_prefix``, ``input_suffix``,
+    ``n_predict`` from ``max_tokens``, ``stop`` as a list; the other fields as sent.
+    RequestError(400) for what fill-in-the-middle does not take here: a prompt that is not one
+    string, ``logprobs``, ``n`` above 1."""
+    if not isinstance(req.prompt, str):
+        raise RequestError(400, "Invalid 'prompt': with 'suffix' (fill-in-the-middle) the prompt must be one string, "
+                                "the text before the insertion point", param="prompt", code="invalid_value")
+    for key, bad in (("logprobs", req.logprobs not in (None, False)), ("n", (req.n or 1) > 1)):
+        if bad:
+            raise RequestError(400, f"Invalid '{key}': not supported with 'suffix' (fill-in-the-middle runs through "
+                                    "llama-server's /infill, which gives one answer without logprobs)", param=key,
+                               code="invalid_value")
+    out = {k: v for k, v in body.items() if k not in ("prompt", "suffix", "echo", "n", "logprobs")}
+    out.update(input_prefix=req.prompt, input_suffix=req.suffix)
+    if req.max_tokens is not None:
+        out["n_predict"] = req.max_tokens
+    if isinstance(req.stop, str):
+        out["stop"] = [req.stop]
+    return out
+
+
+class InfillAnswer:
+    """llama-server's ``/infill`` answer (its native shape: ``content``, ``stop``, ``stop_type``,
+    ``tokens_evaluated``, ``tokens_predicted``) as OpenAI's legacy completion (a
+    :class:`~.proxy.Rewrite`): ``{"object": "text_completion", "choices": [{"text", "index",
+    "logprobs", "finish_reason"}], "usage"}``, streamed as ``text_completion`` chunks ending in
+    ``data: [DONE]``. A character cut by max_tokens is dropped (:func:`drop_cut_character`)."""
+
+    streams = True
+
+    def __init__(self, model: str):
+        import time
+        import uuid
+
+        self.model, self.id, self.created = model, f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+    def _completion(self, j: dict, text: str, finish: str | None) -> dict:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": j.get("model", self.model),
+                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+
+    @staticmethod
+    def _finish(j: dict) -> str:
+        return "length" if j.get("stop_type") == "limit" else "stop"
+
+    def body(self, data: bytes) -> bytes:
+        j = answer_json(data, "content", str)
+        if j is None:
+            return data
+        finish = self._finish(j)
+        out = self._completion(j, drop_cut_character(str(j["content"]), finish), finish)
+        p, c = int(j.get("tokens_evaluated") or 0), int(j.get("tokens_predicted") or 0)
+        out["usage"] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        return json.dumps(out, ensure_ascii=False).encode()
+
+    def sse_line(self, line: bytes) -> bytes:
+        j = answer_json(line[5:].strip(), "content", str) if line.startswith(b"data:") else None
+        if j is None:
+            return line  # an error event passes as it is
+        done = j.get("stop") is True
+        chunk = self._completion(j, str(j["content"]), self._finish(j) if done else None)
+        out = b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n"
+        return out + b"\ndata: [DONE]\n" if done else out

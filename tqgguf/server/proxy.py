@@ -238,8 +238,8 @@ async def forward(request: Request, manager: Manager, raw: bytes, body: dict, pa
                 data = await resp.read()
                 if rewrite is not None and resp.status == 200:
                     data = rewrite.body(data)
-                elif resp.status == 500:
-                    status, message = upstream_error(500, upstream_message(data))
+                elif resp.status >= 500:
+                    status, message = upstream_error(resp.status, upstream_message(data))
                     if status != 500:
                         return with_headers(openai_error(status, message), headers)
                 return Response(data, status_code=resp.status, headers=headers,

@@ -4,11 +4,11 @@ to the model's child as they are (:func:`~.proxy.forward`; streamed when the bod
 the OpenAI routes; for a GET by ``?model=``):
 
 - generation and prompts, on the model's chat child: ``/v1/responses`` (OpenAI's Responses
-  API), ``/v1/messages`` and ``/v1/messages/count_tokens`` (Anthropic's Messages API),
+  API; validated, ``text.format`` and tools applied: ``openai_api.prepare_responses``), ``/v1/messages`` and ``/v1/messages/count_tokens`` (Anthropic's Messages API),
   ``/v1/responses/input_tokens``, ``/v1/chat/completions/input_tokens``, ``/completion``
   and ``/completions`` (llama-server's native completion), ``/infill`` (fill-in-the-middle,
-  for models with FIM tokens; a body llama-server would answer with a 500 is a 400 here:
-  :func:`check_infill`), ``/tokenize``, ``/detokenize``, ``/apply-template``;
+  for models with FIM tokens, others a 400; a body llama-server would answer with a 500 is a 400
+  here: :func:`check_infill`), ``/tokenize``, ``/detokenize``, ``/apply-template``;
   ``GET /props``, ``GET /slots``;
 - embeddings and reranking, on its embeddings child: ``/embedding``, ``/embeddings``, and
   ``/rerank``, ``/reranking``, ``/v1/rerank``, ``/v1/reranking`` for a reranking model (GGUF
@@ -21,6 +21,7 @@ and MCP routes.
 """
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 from fastapi import APIRouter, Request
@@ -31,6 +32,7 @@ from .dependencies import manager_of
 from .ollama import RequestError
 from .errors import json_object
 from .modelfile import POOLING_RANK
+from .openai_api import ResponsesRequest, prepare_responses, validate
 
 router = APIRouter()
 
@@ -43,6 +45,8 @@ POST_ROUTES: dict[str, str] = {
     **dict.fromkeys(("/embedding", "/embeddings"), "embed"),
     **dict.fromkeys(("/rerank", "/reranking", "/v1/rerank", "/v1/reranking"), "rerank"),
 }
+#: OpenAI's Responses API (``openai_api.prepare_responses``).
+RESPONSES = ("/v1/responses", "/responses")
 #: GET routes passed through (to the chat child).
 GET_ROUTES = ("/props", "/slots")
 
@@ -52,7 +56,8 @@ def check_infill(body: dict) -> None:
     (RequestError): ``input_prefix`` or ``input_suffix`` missing or not a string (llama-server:
     a 500 carrying its JSON library's exception), ``prompt`` not a string (llama-server builds
     that error but answers 200, generating as if there were no prompt). The rest (``input_extra``,
-    a model without FIM tokens: 501) llama-server answers well itself."""
+    a model without FIM tokens: its 501 becomes a 400, ``errors.upstream_error``) llama-server
+    answers well itself."""
     for key, what in (("input_prefix", "the code before the cursor"), ("input_suffix", "the code after it")):
         if not isinstance(body.get(key), str):
             why = "is required" if key not in body else "must be a string"
@@ -73,6 +78,12 @@ async def passthrough(request: Request) -> Response:
     if (check := BODY_CHECKS.get(path)) is not None:
         check(body)
     manager = manager_of(request)
+    rewrite = None
+    if path in RESPONSES:  # OpenAI's Responses API: validated as OpenAI does, text.format and tools applied
+        req = validate(ResponsesRequest, body)
+        model = manager.find(req.model)
+        body, rewrite = prepare_responses(body, req, model.name, model.chat_template())
+        raw = json.dumps(body).encode()
     if kind == "rerank":
         model = manager.find(body.get("model") if isinstance(body.get("model"), str) else None)
         if model.pooling_type() != POOLING_RANK:
@@ -80,7 +91,7 @@ async def passthrough(request: Request) -> Response:
                                     "is rank (a reranker such as bge-reranker); this one's is "
                                     f"{model.pooling_name()}", param="model")
         kind = "embed"
-    return await proxy.forward(request, manager, raw, body, path, kind)
+    return await proxy.forward(request, manager, raw, body, path, kind, rewrite)
 
 
 async def passthrough_get(request: Request) -> Response:

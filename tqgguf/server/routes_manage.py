@@ -89,7 +89,7 @@ async def _pull_events(spec: models.ModelSpec) -> AsyncIterator[dict]:
 async def pull(request: Request, manager: ManagerDep):
     body = ol.require_object(await json_body(request))
     name = ol.model_name(body).strip()
-    stream = body.get("stream", True) is not False
+    stream = ol.flag(body, "stream", True)
     key = name.lower().removesuffix(":latest")
     spec = models.MODELS.get(key)
     if spec is None:
@@ -165,8 +165,11 @@ async def _forget(manager: Manager, name: str) -> None:
         if low not in m.names():
             continue
         if m is manager.default:
+            how = (f"`ollama rm {m.ollama.display}` (its files are Ollama's)" if m.ollama is not None else
+                   f"delete it with DELETE /api/delete on a server started with another model, or remove its file "
+                   f"({m.path})")
             raise RequestError(400, f"model '{name}' is the model this tqgguf serve was started with; it cannot be "
-                                    "deleted while serving (stop the server, then `tqgguf models` / `ollama rm`)")
+                                    f"deleted while serving: stop the server, then {how}")
         if any(r.active for r in manager.loaded() if r.model is m):
             raise RequestError(409, f"model '{name}' is answering requests; delete it when they are done")
         if m.ollama is not None and m.name.lower() == low:

@@ -160,16 +160,6 @@ def _padded(r: Runner) -> str:
     return f"; num_ctx {r.n_ctx}, which llama.cpp pads to a multiple of 256" if r.slot_ctx != r.n_ctx else ""
 
 
-def _flag(body: dict, key: str) -> bool:
-    """A request's ``truncate`` / ``shift`` (Ollama: true when absent); RequestError unless a boolean."""
-    v = body.get(key, True)
-    if v is None:
-        return True
-    if not isinstance(v, bool):
-        raise RequestError(400, f"{key} must be true or false (default true)")
-    return v
-
-
 _EXCEEDED = re.compile(r"\((\d+) tokens\) (?:exceeds the available context size|is larger than the max context size) "
                        r"\((\d+) tokens\)")
 
@@ -262,7 +252,7 @@ async def api_chat(request: Request, manager: ManagerDep):
     sampling, load = request_options(body, model, manager)
     if model.system() and not any(m["role"] == "system" for m in messages):
         messages.insert(0, {"role": "system", "content": model.system()})  # the model's SYSTEM, as Ollama adds it
-    truncate, shift = _flag(body, "truncate"), _flag(body, "shift")
+    truncate, shift = ol.flag(body, "truncate", True), ol.flag(body, "shift", True)
     media.attach_images(messages, manager.vision(model), name)
     payload: dict[str, Any] = {"messages": messages, **sampling}
     payload.update(ol.think_fields(body, name, model.chat_template()))
@@ -275,7 +265,7 @@ async def api_chat(request: Request, manager: ManagerDep):
         tool_names = {x["function"].get("name") for x in t}
     if (schema := ol.format_schema(body.get("format"))) is not None:
         payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": schema}}
-    stream = body.get("stream", True) is not False
+    stream = ol.flag(body, "stream", True)
     payload["stream"] = stream
     stack = contextlib.AsyncExitStack()
     r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
@@ -414,62 +404,72 @@ async def api_generate(request: Request, manager: ManagerDep):
         return await load_or_unload(manager, name, ka, body, "generate")
     if not isinstance(prompt, str):
         raise RequestError(400, "prompt must be a string")
-    for f, why in (("template", "custom Go templates are not supported; the model's own chat template is used "
-                                "(or send raw: true with a formatted prompt)"),
-                   ("suffix", "fill-in-the-middle (suffix) is not supported by tqgguf serve")):
-        if body.get(f):
-            raise RequestError(400, f"{f}: {why}")
+    if body.get("template"):
+        raise RequestError(400, "template: custom Go templates are not supported; the model's own chat template is "
+                                "used (or send raw: true with a formatted prompt)")
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise RequestError(400, "suffix must be a string: the text after the insertion point (fill-in-the-middle)")
+    fim = bool(suffix)  # fill-in-the-middle: llama-server's /infill puts the model's FIM tokens around both
     context = body.get("context") or []
     if not isinstance(context, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
         raise RequestError(400, "context must be the list of token ids a previous /api/generate returned")
-    raw = body.get("raw") is True
+    raw = ol.flag(body, "raw", False)
     model = manager.find(name)
     sampling, load = request_options(body, model, manager)
-    truncate, shift = _flag(body, "truncate"), _flag(body, "shift")
+    truncate, shift = ol.flag(body, "truncate", True), ol.flag(body, "shift", True)
     if body.get("images") and not manager.vision(model):
         raise media.no_projector(name)
     imgs = media.images(body.get("images"), "images")
     if imgs and context:
         raise RequestError(400, "context cannot be combined with images: an image's embeddings are not tokens that "
                                 "a context can carry; send the conversation to /api/chat with its images instead")
-    think = ol.think_fields(body, name, model.chat_template()) if not raw else {}
+    if fim and (imgs or body.get("context")):
+        raise RequestError(400, "suffix (fill-in-the-middle) cannot be combined with images or context: the "
+                                "prompt and the suffix are the whole input")
+    think = ol.think_fields(body, name, model.chat_template()) if not raw and not fim else {}
     # /completion gives the raw text, tags included: split it here (llama-server parses
     # reasoning on its chat endpoint only)
     splits = think.get("reasoning_format") == "deepseek"
-    stream = body.get("stream", True) is not False
+    stream = ol.flag(body, "stream", True)
     stack = contextlib.AsyncExitStack()
     r, reloaded = await stack.enter_async_context(manager.use(name, num_ctx=load.pop("num_ctx", None),
                                                               load=load, keep_alive=ka))
     headers = {"X-Tqgguf-Reloaded": r.reload_reason} if reloaded else {}
     load_s = r.loaded_since(t0)
     try:
-        if raw:  # the images go before the prompt, one media marker each
-            text = media.IMAGE_SEPARATOR.join([MEDIA_MARKER] * len(imgs)) + prompt
-        else:
-            system = body["system"] if isinstance(body.get("system"), str) else model.system()
-            msgs = [{"role": "system", "content": system}] if system else []
-            msgs.append({"role": "user", "content": media.content_parts(prompt, imgs) if imgs else prompt})
-            kwargs = {k: v for k, v in think.items() if k == "chat_template_kwargs"}
-            # with image parts, llama-server's template writes a media marker where each image goes
-            text = (await proxy.call_ok(r, "/apply-template", {"messages": msgs, **kwargs}))["prompt"]
         n_ctx = r.slot_ctx
-        if imgs:  # a prompt object: its text and the images its markers stand for (no token ids, no context)
-            full = []
-            prompt_field: Any = {"prompt_string": text, "multimodal_data": imgs}
+        if fim:  # the prompt is the code before the insertion point, as sent (no template, no system)
+            text, full, endpoint, source = prompt, [], "/infill", {"input_prefix": prompt, "input_suffix": suffix}
         else:
-            toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
-                                                         "parse_special": True}))["tokens"]
-            full = list(context) + list(toks)
-            if truncate and len(full) > n_ctx - 1:
-                cut, keep = ol.truncate_tokens(full, n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
-                log.warning("%s: the prompt (%d tokens) is longer than the context (%d tokens%s): truncated to %d tokens as "
-                            "Ollama does, keeping the first %d (num_keep%s) and the latest %d; %d tokens dropped", name,
-                            len(full), n_ctx, _padded(r), len(cut), keep, " + BOS" if model.adds_bos() else "",
-                            len(cut) - keep, len(full) - len(cut))
-                headers["X-Tqgguf-Truncated"] = f"{len(full) - len(cut)} of {len(full)} tokens dropped"
-                full = cut
-            prompt_field = full
-        payload: dict[str, Any] = {"prompt": prompt_field, "stream": stream, "return_tokens": True, "cache_prompt": True,
+            endpoint = "/completion"
+            if raw:  # the images go before the prompt, one media marker each
+                text = media.IMAGE_SEPARATOR.join([MEDIA_MARKER] * len(imgs)) + prompt
+            else:
+                system = body["system"] if isinstance(body.get("system"), str) else model.system()
+                msgs = [{"role": "system", "content": system}] if system else []
+                msgs.append({"role": "user", "content": media.content_parts(prompt, imgs) if imgs else prompt})
+                kwargs = {k: v for k, v in think.items() if k == "chat_template_kwargs"}
+                # with image parts, llama-server's template writes a media marker where each image goes
+                text = (await proxy.call_ok(r, "/apply-template", {"messages": msgs, **kwargs}))["prompt"]
+            if imgs:  # a prompt object: its text and the images its markers stand for (no token ids, no context)
+                full = []
+                prompt_field: Any = {"prompt_string": text, "multimodal_data": imgs}
+            else:
+                toks = (await proxy.call_ok(r, "/tokenize", {"content": text, "add_special": not context,
+                                                             "parse_special": True}))["tokens"]
+                full = list(context) + list(toks)
+                if truncate and len(full) > n_ctx - 1:
+                    cut, keep = ol.truncate_tokens(full, n_ctx, int(sampling.get("n_keep", 4)), model.adds_bos())
+                    log.warning("%s: the prompt (%d tokens) is longer than the context (%d tokens%s): truncated to "
+                                "%d tokens as Ollama does, keeping the first %d (num_keep%s) and the latest %d; %d tokens "
+                                "dropped", name, len(full), n_ctx, _padded(r), len(cut), keep,
+                                " + BOS" if model.adds_bos() else "", len(cut) - keep, len(full) - len(cut))
+                    headers["X-Tqgguf-Truncated"] = f"{len(full) - len(cut)} of {len(full)} tokens dropped"
+                    full = cut
+                prompt_field = full
+            source = {"prompt": prompt_field}
+        payload: dict[str, Any] = {**source, "stream": stream, "return_tokens": True, "cache_prompt": True,
                                    **sampling, **ol.logprob_fields(body, chat=False)}
         ol.bound_predict(payload, r.n_ctx)
         if not shift:  # stop at the end of the context instead of shifting it
@@ -477,7 +477,7 @@ async def api_generate(request: Request, manager: ManagerDep):
         if (schema := ol.format_schema(body.get("format"))) is not None:
             payload["json_schema"] = schema
         if not stream:
-            data = await proxy.until_disconnect(request, proxy.call_ok(r, "/completion", payload))
+            data = await proxy.until_disconnect(request, proxy.call_ok(r, endpoint, payload))
             answer = drop_cut_character(data.get("content", ""), "length" if data.get("stop_type") == "limit" else None)
             res: dict[str, Any] = {"model": name, "created_at": ol.now_rfc3339()}
             if splits:
@@ -487,8 +487,8 @@ async def api_generate(request: Request, manager: ManagerDep):
             res["response"] = answer
             return await finish(res, data.get("stop_type"), data.get("timings"),
                                 ol.logprobs_from_native(data.get("completion_probabilities")), t0, load_s,
-                                stack, headers, **({} if imgs else {"context": full + list(data.get("tokens") or [])}))
-        resp = await proxy.open_stream(r, "/completion", payload=payload)
+                                stack, headers, **({} if imgs or fim else {"context": full + list(data.get("tokens") or [])}))
+        resp = await proxy.open_stream(r, endpoint, payload=payload)
     except BaseException:
         await stack.aclose()
         raise
@@ -526,7 +526,7 @@ async def api_generate(request: Request, manager: ManagerDep):
                             yield piece(*held)
                         final = {"model": name, "created_at": ol.now_rfc3339(), "response": "", "done": True,
                                  "done_reason": ol.done_reason(ev.get("stop_type")),
-                                 **({} if imgs else {"context": full + gen}),
+                                 **({} if imgs or fim else {"context": full + gen}),
                                  **ol.timings(ev.get("timings"), time.monotonic() - t0, load_s)}
                         yield (json.dumps(final) + "\n").encode()
                         return

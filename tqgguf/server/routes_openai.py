@@ -9,7 +9,8 @@ comes back as it is, so ``response_format``/json_schema, logprobs and ``n`` beha
 llama-server has them. The ``model`` field picks the model (absent: the one ``serve`` was
 started with). The rewrites of the answer: ``/v1/completions`` logprobs, which llama-server
 gives in the chat shape, come back in OpenAI's legacy completions shape
-(:class:`LegacyLogprobs`); plain-JSON tool calls become ``tool_calls`` and a character cut by
+(:class:`LegacyLogprobs`); a ``suffix`` goes to llama-server's ``/infill`` and its answer comes
+back as a legacy completion (``openai_api.InfillAnswer``; ``echo`` is a 400); plain-JSON tool calls become ``tool_calls`` and a character cut by
 ``max_tokens`` is dropped (``openai_api.ChatAnswer``). Images in chat messages (``image_url``
 parts) are refused with a 400 naming ``--mmproj`` for a model served without a projector
 (llama-server answers 500), and two adjacent ones get a separating text part
@@ -32,8 +33,9 @@ from . import media, proxy
 from .dependencies import ManagerDep, manager_of
 from .errors import json_object
 from .modelfile import ModelFile
-from .openai_api import (ChatAnswer, ChatRequest, CompletionRequest, EmbeddingRequest, answer_json, check_n,
-                         drop_cut_character, prepare_chat, validate)
+from .ollama import RequestError
+from .openai_api import (ChatAnswer, ChatRequest, CompletionRequest, EmbeddingRequest, InfillAnswer, answer_json,
+                         check_n, drop_cut_character, infill_body, prepare_chat, validate)
 
 router = APIRouter()
 
@@ -129,7 +131,15 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     raw, body = await json_object(request)
     req = validate(CompletionRequest, body)
+    if req.echo:  # llama-server answers without the prompt and its logprobs; OpenAI's echo needs both
+        raise RequestError(400, "Invalid 'echo': true is not supported (llama-server returns the completion only, "
+                                "without the prompt's text or logprobs); send echo false and prepend the prompt "
+                                "yourself", param="echo", code="invalid_value")
     manager = manager_of(request)
+    if req.suffix:  # fill-in-the-middle, through llama-server's /infill (a model without FIM tokens: a 400)
+        new = infill_body(body, req)
+        return await proxy.forward(request, manager, json.dumps(new).encode(), new, "/infill", "chat",
+                                   InfillAnswer(req.model))
     check_n(req.n, manager.settings.num_parallel)
     # legacy completions with logprobs: llama-server answers in the chat shape; convert it
     rewrite = LegacyLogprobs(body.get("prompt")) if body.get("logprobs") not in (None, False) else ChatAnswer()
