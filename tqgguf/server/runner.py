@@ -267,8 +267,9 @@ class Runner:
             log.debug("[llama-server %s] %s", name, line)
 
     async def start(self) -> None:
-        """Start the child and wait until it serves. Raises ChildError (its own message)."""
-        self.state = "loading"
+        """Start the child and wait until it serves. Raises ChildError (its own message). A restart
+        after the child died stays ``restarting`` (``/health``) until it serves."""
+        self.state = "restarting" if self.state == "restarting" else "loading"
         t0 = time.monotonic()
         try:
             spec = self.spec()
