@@ -185,6 +185,42 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_V_c(const uint32_t
     c23 = *((const half2 *) &u23);
 }
 
+// The end of both decode kernels: the G heads' outputs of the block, summed over its warps (sh_acc:
+// each warp's accumulators already scaled to the block's max, sh_sum: its softmax sums, sh_max: its
+// maxima), into dst -- normalized when the KV length is not split (gridDim.y == 1), else as one part
+// of launch_fattn's split with its (max, sum) in dst_meta for the combine kernel. row0: the dst row of
+// head0 (sequence * n_queries * n_heads + head0, one query per sequence). Every thread calls it.
+template <int D, int G, int nwarps>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_write(const float (*sh_sum)[nwarps], const float (*sh_max)[nwarps],
+        const float (*sh_acc)[G][D], float * dst_ptr, float2 * dst_meta_ptr, const int row0, const int tid) {
+#pragma unroll
+    for (int j = tid; j < G*D; j += nwarps*WARP_SIZE) {
+        const int h = j / D;
+        const int i = j % D;
+        float sum = 0.0f;
+        float val = 0.0f;
+#pragma unroll
+        for (int w = 0; w < nwarps; ++w) {
+            sum += sh_sum[h][w];
+            val += sh_acc[w][h][i];
+        }
+        if (gridDim.y == 1) {
+            val /= sum;
+        }
+        dst_ptr[(row0 + h)*gridDim.y*D + blockIdx.y*D + i] = val;
+    }
+    if (gridDim.y != 1 && tid < G) {
+        float gmax = sh_max[tid][0];
+        float sum  = 0.0f;
+#pragma unroll
+        for (int w = 0; w < nwarps; ++w) {
+            gmax = fmaxf(gmax, sh_max[tid][w]);
+            sum += sh_sum[tid][w];
+        }
+        dst_meta_ptr[(row0 + tid)*gridDim.y + blockIdx.y] = make_float2(gmax, sum);
+    }
+}
+
 template <int D, int G, ggml_type type_K, ggml_type type_V, int VAR = 1>
 __launch_bounds__(ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE, ggml_cuda_turbo_fa_dec_min_blocks(D, G, VAR))
 static __global__ void flash_attn_ext_turbo_dec(
@@ -503,32 +539,7 @@ static __global__ void flash_attn_ext_turbo_dec(
     }
     __syncthreads();
 
-#pragma unroll
-    for (int j = tid; j < G*D; j += nwarps*WARP_SIZE) {
-        const int h = j / D;
-        const int i = j % D;
-        float sum = 0.0f;
-        float val = 0.0f;
-#pragma unroll
-        for (int w = 0; w < nwarps; ++w) {
-            sum += sh_sum[h][w];
-            val += sh_acc[w][h][i];
-        }
-        if (gridDim.y == 1) {
-            val /= sum;
-        }
-        dst_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + h)*gridDim.y*D + blockIdx.y*D + i] = val;
-    }
-    if (gridDim.y != 1 && tid < G) {
-        float gmax = sh_max[tid][0];
-        float sum  = 0.0f;
-#pragma unroll
-        for (int w = 0; w < nwarps; ++w) {
-            gmax = fmaxf(gmax, sh_max[tid][w]);
-            sum += sh_sum[tid][w];
-        }
-        dst_meta_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + tid)*gridDim.y + blockIdx.y] = make_float2(gmax, sum);
-    }
+    ggml_cuda_turbo_fa_dec_write<D, G, nwarps>(sh_sum, sh_max, sh_acc, dst_ptr, dst_meta_ptr, sequence*int(ne01.z)*ne02 + head0, tid);
 #else
     GGML_UNUSED_VARS(Q_ptr, K_ptr, V_ptr, mask_ptr, sinks_ptr, KV_max_ptr, dst_ptr, dst_meta_ptr, scale,
         max_bias, m0, m1, n_head_log2, logit_softcap,

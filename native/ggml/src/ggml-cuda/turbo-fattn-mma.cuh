@@ -607,31 +607,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     }
     __syncthreads();
 
-    for (int j = tid; j < G*D; j += nwarps*WARP_SIZE) {
-        const int h = j / D;
-        const int i = j % D;
-        float sum = 0.0f;
-        float val = 0.0f;
-#pragma unroll
-        for (int w = 0; w < nwarps; ++w) {
-            sum += sh_sum[h][w];
-            val += sh_acc[w][h][i];
-        }
-        if (gridDim.y == 1) {
-            val /= sum;
-        }
-        dst_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + h)*gridDim.y*D + blockIdx.y*D + i] = val;
-    }
-    if (gridDim.y != 1 && tid < G) {
-        float gmax = sh_max[tid][0];
-        float sum  = 0.0f;
-#pragma unroll
-        for (int w = 0; w < nwarps; ++w) {
-            gmax = fmaxf(gmax, sh_max[tid][w]);
-            sum += sh_sum[tid][w];
-        }
-        dst_meta_ptr[((sequence*int(ne01.z) + 0)*ne02 + head0 + tid)*gridDim.y + blockIdx.y] = make_float2(gmax, sum);
-    }
+    ggml_cuda_turbo_fa_dec_write<D, G, nwarps>(sh_sum, sh_max, sh_acc, dst_ptr, dst_meta_ptr, sequence*int(ne01.z)*ne02 + head0, tid);
 #else
     GGML_UNUSED_VARS(Q_ptr, K_ptr, V_ptr, mask_ptr, sinks_ptr, KV_max_ptr, dst_ptr, dst_meta_ptr, scale,
         max_bias, m0, m1, n_head_log2, logit_softcap,
