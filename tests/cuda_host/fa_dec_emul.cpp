@@ -117,54 +117,40 @@ static uint32_t emul_frag[4][WARP_SIZE][10];
 static inline half2 __floats2half2_rn(const float a, const float b) { return make_half2(a, b); }
 static inline int __float2int_rn(const float x) { return (int) nearbyintf(x); }
 
-static void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+// D (16x8) += A (16xK) * B (Kx8), K = 8 n, n elements per 32-bit register (4 int8, 2 fp16): A's
+// registers hold rows g, g+8 at columns n t .. and K/2 + n t .., B's rows n t .. and K/2 + n t .. of
+// column g (lane 4g + t); elem(word, j) is element j of a register, T the type the sums run in
+template <int n, typename T, typename C>
+static void emul_mma(C (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], T (*elem)(uint32_t, int)) {
+    constexpr int K = 8*n;
     const int w = threadIdx.y, l = threadIdx.x;
     memcpy(emul_frag[w][l], a, 16);
     memcpy(emul_frag[w][l] + 4, b, 8);
     emul_warp_bar[w]->arrive_and_wait();
-    int A[16][32], B[32][8];
+    T A[16][K], B[K][8];
     for (int L = 0; L < WARP_SIZE; ++L) {
         const int g = L/4, t = L%4;
-        for (int j = 0; j < 4; ++j) {
-            const auto byte = [&](int r) { return (int) (int8_t) (emul_frag[w][L][r] >> (8*j)); };
-            A[g][4*t + j] = byte(0); A[g + 8][4*t + j] = byte(1); A[g][16 + 4*t + j] = byte(2); A[g + 8][16 + 4*t + j] = byte(3);
-            B[4*t + j][g] = byte(4); B[16 + 4*t + j][g] = byte(5);
+        for (int j = 0; j < n; ++j) {
+            const auto e = [&](int r) { return elem(emul_frag[w][L][r], j); };
+            A[g][n*t + j] = e(0); A[g + 8][n*t + j] = e(1); A[g][K/2 + n*t + j] = e(2); A[g + 8][K/2 + n*t + j] = e(3);
+            B[n*t + j][g] = e(4); B[K/2 + n*t + j][g] = e(5);
         }
     }
     emul_warp_bar[w]->arrive_and_wait();
     const int g = l/4, t = l%4;
     for (int i = 0; i < 4; ++i) {
         const int row = g + 8*(i/2), col = 2*t + i%2;
-        for (int k = 0; k < 32; ++k) {
-            c[i] += A[row][k]*B[k][col];
+        T acc = c[i];
+        for (int k = 0; k < K; ++k) {
+            acc += A[row][k]*B[k][col];
         }
+        c[i] = (C) acc;
     }
 }
-static void ggml_cuda_turbo_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    const int w = threadIdx.y, l = threadIdx.x;
-    memcpy(emul_frag[w][l], a, 16);
-    memcpy(emul_frag[w][l] + 4, b, 8);
-    emul_warp_bar[w]->arrive_and_wait();
-    float A[16][16], B[16][8];
-    for (int L = 0; L < WARP_SIZE; ++L) {
-        const int g = L/4, t = L%4;
-        for (int h = 0; h < 2; ++h) {
-            const auto hf = [&](int r) { return turbo_host_h2f((uint16_t) (emul_frag[w][L][r] >> (16*h))); };
-            A[g][2*t + h] = hf(0); A[g + 8][2*t + h] = hf(1); A[g][8 + 2*t + h] = hf(2); A[g + 8][8 + 2*t + h] = hf(3);
-            B[2*t + h][g] = hf(4); B[8 + 2*t + h][g] = hf(5);
-        }
-    }
-    emul_warp_bar[w]->arrive_and_wait();
-    const int g = l/4, t = l%4;
-    for (int i = 0; i < 4; ++i) {
-        const int row = g + 8*(i/2), col = 2*t + i%2;
-        double acc = c[i];
-        for (int k = 0; k < 16; ++k) {
-            acc += (double) A[row][k]*B[k][col];
-        }
-        c[i] = (float) acc;
-    }
-}
+static int    emul_s8(const uint32_t v, const int j)  { return (int) (int8_t) (v >> (8*j)); }
+static double emul_f16(const uint32_t v, const int j) { return turbo_host_h2f((uint16_t) (v >> (16*j))); }
+static void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])    { emul_mma<4>(c, a, b, emul_s8); }
+static void ggml_cuda_turbo_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { emul_mma<2>(c, a, b, emul_f16); }
 static uint32_t ggml_cuda_turbo_movmatrix(const uint32_t x) {
     const int w = threadIdx.y, l = threadIdx.x;
     emul_frag[w][l][0] = x;

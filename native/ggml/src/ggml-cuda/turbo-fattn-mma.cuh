@@ -117,6 +117,17 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup(const u
     }
 }
 
+// O^T's accumulators of this lane's column 2t + hh (both dims of every m-tile) times r: the
+// online softmax's rescale when a column's running max moves
+template <int NM>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_scale_column(float (&O)[NM][4], const int hh, const float r) {
+#pragma unroll
+    for (int i = 0; i < NM; ++i) {
+        O[i][hh]     *= r;
+        O[i][hh + 2] *= r;
+    }
+}
+
 // the 4-byte word of turbo4 indices at qs offset o (o % 4 == 0, o < 32) of block m of a row whose
 // start is 4-byte aligned (W: the row as words): block m starts at byte 34m, its qs at 34m + 2,
 // so for even m the word straddles two aligned words
@@ -450,11 +461,7 @@ static __global__ void flash_attn_ext_turbo_mma(
             }
             KQ_sum[hh] = KQ_sum[hh]*rescale + sum;
             if (rescale != 1.0f) {  // on a long cache the running max rarely moves
-#pragma unroll
-                for (int i = 0; i < NM; ++i) {
-                    O[i][hh]     *= rescale;
-                    O[i][hh + 2] *= rescale;
-                }
+                ggml_cuda_turbo_fa_mma_scale_column(O, hh, rescale);
             }
         }
 
@@ -564,11 +571,7 @@ static __global__ void flash_attn_ext_turbo_mma(
             const float rescale = expf(KQ_max[hh] - mnew);
             KQ_max[hh] = mnew;
             KQ_sum[hh] = KQ_sum[hh]*rescale + (g == 0 ? expf(sink - mnew) : 0.0f);
-#pragma unroll
-            for (int i = 0; i < NM; ++i) {
-                O[i][hh]     *= rescale;
-                O[i][hh + 2] *= rescale;
-            }
+            ggml_cuda_turbo_fa_mma_scale_column(O, hh, rescale);
         }
     }
 
