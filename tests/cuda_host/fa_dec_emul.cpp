@@ -235,10 +235,11 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
         constexpr bool st = VAR == 5;
-        constexpr int  mb = VAR == 6 ? 4 : VAR == 7 ? 2 : 3;
-        constexpr bool ev = VAR == 7;
-        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev> :
-                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev>;
+        constexpr int  mb = VAR == 6 ? 4 : VAR >= 7 ? 2 : 3;
+        constexpr bool ev = VAR >= 7;
+        constexpr bool nk = VAR == 8;
+        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk> :
+                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk>;
     } else {
         kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
     }
@@ -380,6 +381,10 @@ int main() {
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 6>(cases[1], rng);  // 4's code at other launch bounds
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 7>(cases[6], rng);  // V words loaded before K.Q
     ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 7>(cases[4], rng);
+    for (const fa_case & fc : cases) {  // next tile's K words loaded during this one (VAR 8): every case
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     printf("%s\n", ok ? "all OK" : "FAILURES");
     return ok ? 0 : 1;
 }

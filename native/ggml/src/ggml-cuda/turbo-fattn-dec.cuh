@@ -67,7 +67,9 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      at its 12 warps per SM (session 12); not measured yet.
 //   7: 4 with a tile's V rows loaded before its K.Q (one DRAM wait per tile), 2 blocks per SM;
 //      turbo4 V only (other V types run 4); not measured yet.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 7;
+//   8: 7 with the K words and mask values of a warp's next tile loaded while it computes this one
+//      (register double-buffering: K.Q never waits on DRAM); turbo4 K and V (other pairs run 4).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 8;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -647,15 +649,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     return 1;
 }
 
-template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false>
+template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -687,6 +689,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 } else if (var == 6) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                } else if (var == 8 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else {

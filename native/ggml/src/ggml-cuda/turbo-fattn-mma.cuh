@@ -147,6 +147,47 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
     return b % 4 == 0 ? W[b/4] & 0xFFFF : W[b/4] >> 16;
 }
 
+// The K.Q operands of lane t of a K row (turbo4, hd 128, 4-byte aligned start): the raw words it
+// reads (ggml_cuda_turbo_fa_mma_k4_load: the index words at qs offsets 4t and 4t + 16 of both
+// blocks, as ggml_cuda_turbo_fa_mma_word4 reads them, and the words of the two scales), and from
+// them the 4 index words and 2 scales (ggml_cuda_turbo_fa_mma_k4_unpack). Split so that a variant
+// can load the words of the next tile while it computes on this one (next_k, variant 8).
+static constexpr int ggml_cuda_turbo_fa_mma_k4_nw = 8;
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4_nw], const uint32_t * W, const int t) {
+    r[0] = W[t];      r[1] = W[t + 1];  // block 0, qs offset 4t (qs start at byte 2: two words)
+    r[2] = W[t + 4];  r[3] = W[t + 5];  // block 0, qs offset 4t + 16
+    r[4] = W[9 + t];                    // block 1 (qs at byte 36), offset 4t
+    r[5] = W[13 + t];                   // block 1, offset 4t + 16
+    r[6] = W[0];                        // d of block 0: low half
+    r[7] = W[8];                        // d of block 1 (byte 34): high half
+}
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t (&w)[2][2], float (&d)[2], const uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4_nw]) {
+    w[0][0] = __byte_perm(r[0], r[1], 0x5432);
+    w[0][1] = __byte_perm(r[2], r[3], 0x5432);
+    w[1][0] = r[4];
+    w[1][1] = r[5];
+    const uint32_t d0 = r[6] & 0xFFFF;
+    const uint32_t d1 = r[7] >> 16;
+    d[0] = __half2float(*((const half *) &d0));
+    d[1] = __half2float(*((const half *) &d1));
+}
+
+// next_k: the K words (ggml_cuda_turbo_fa_mma_k4_load) of this lane's 4 rows of a warp tile,
+// K_lane + 16 mt + 8 rr rows (row stride nb11_8/8), and their mask values (0 without a mask);
+// row0 = the tile's row of this lane (kw + g); the mask as raw fp16 bits (converted where used, so
+// the load is not waited on here)
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&Kn)[2][2][ggml_cuda_turbo_fa_mma_k4_nw], uint16_t (&Mn)[2][2],
+        const char * K_tile, const int nb11_8, const half * maskh, const int row0, const int t) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            ggml_cuda_turbo_fa_mma_k4_load(Kn[mt][rr], (const uint32_t *) (K_tile + (2*mt + rr)*nb11_8), t);
+            Mn[mt][rr] = maskh ? ((const uint16_t *) maskh)[row0 + 16*mt + 8*rr] : 0;  // fp16 bits (0: +0.0)
+        }
+    }
+}
+
 // Staging (stage = true, variant 5): each warp copies the 32 K and 32 V rows of its NEXT tile into
 // shared memory with 16-byte cp.async while it works on the current one, so the decode reads
 // shared memory and the loads of a tile never wait on DRAM (variant 4 waits three times per tile:
@@ -172,7 +213,11 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // 4: <= 128, 128 used and no spill -- variant 6, not measured yet). early_v (turbo4 V, not staged):
 // the tile's V words are loaded before its K.Q, so a warp waits on DRAM once per tile instead of
 // three times (K rows 0..15, 16..31, V), at the cost of 40 registers (variant 7, at 2 blocks per SM).
-template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false>
+// next_k (turbo4 K, not staged; variant 8 with early_v): the K words and mask values of the warp's
+// NEXT tile are loaded at the top of this tile, so K.Q never waits on DRAM and V's wait overlaps K.Q:
+// a tile's loads are in flight during a whole tile of math (register double-buffering; 32 + 2
+// registers more than early_v alone).
+template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -332,8 +377,36 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
         ggml_cuda_turbo_fa_dec_cp_commit();
     }
+    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g
+    uint32_t Kn[2][2][ggml_cuda_turbo_fa_mma_k4_nw];
+    uint16_t Mn[2][2];
+    if constexpr (next_k) {
+        static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
+        if (blockIdx.y*T < k_VKQ_max) {
+            ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
+        }
+    }
     for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
         const int kw = k0 + warp*32;  // this warp's 32 rows
+        uint32_t Kc[2][2][ggml_cuda_turbo_fa_mma_k4_nw];  // next_k: this tile's words and mask values
+        uint16_t Mc[2][2];
+        if constexpr (next_k) {
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                for (int rr = 0; rr < 2; ++rr) {
+                    Mc[mt][rr] = Mn[mt][rr];
+#pragma unroll
+                    for (int i = 0; i < ggml_cuda_turbo_fa_mma_k4_nw; ++i) {
+                        Kc[mt][rr][i] = Kn[mt][rr][i];
+                    }
+                }
+            }
+            const int kn = k0 + gridDim.y*T;
+            if (kn < k_VKQ_max) {
+                ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
+            }
+        }
         const char * K_k0 = K_lane + (int64_t) k0*nb11;
         const char * V_k0 = V_lane + (int64_t) k0*nb21;
         const char * sK   = stage_warp + buf*nwarps*64*SL;  // staged: K rows in slots 0..31, V rows in 32..63
@@ -382,14 +455,13 @@ static __global__ void flash_attn_ext_turbo_mma(
                 const uint32_t * W = stage ? (const uint32_t *) (sK + (16*mt + 8*rr + g)*SL + ((uintptr_t) Kr & 15)) : (const uint32_t *) Kr;
                 if constexpr (K4) {
                     uint32_t w[NB][2];
-                    w[0][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t);
-                    w[0][1] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*t + 16);
-                    w[1][0] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t);
-                    w[1][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*t + 16);
-                    const uint32_t d0 = ggml_cuda_turbo_fa_mma_scale4<0>(W);
-                    const uint32_t d1 = ggml_cuda_turbo_fa_mma_scale4<1>(W);
-                    dk[rr][0] = __half2float(*((const half *) &d0));
-                    dk[rr][1] = __half2float(*((const half *) &d1));
+                    if constexpr (next_k) {
+                        ggml_cuda_turbo_fa_mma_k4_unpack(w, dk[rr], Kc[mt][rr]);
+                    } else {
+                        uint32_t r[ggml_cuda_turbo_fa_mma_k4_nw];
+                        ggml_cuda_turbo_fa_mma_k4_load(r, W, t);
+                        ggml_cuda_turbo_fa_mma_k4_unpack(w, dk[rr], r);
+                    }
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
 #pragma unroll
@@ -425,7 +497,7 @@ static __global__ void flash_attn_ext_turbo_mma(
             }
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
-                const float mval = maskh ? __half2float(maskh[kw + 16*mt + 8*rr + g]) : 0.0f;
+                const float mval = next_k ? __half2float(*((const half *) &Mc[mt][rr])) : maskh ? __half2float(maskh[kw + 16*mt + 8*rr + g]) : 0.0f;
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     float s = 0.0f;
