@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..8 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 4  // the tensor-core kernel (session 12's H200 run; it runs variant 1 where it does not cover the shape)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 8  // the tensor-core kernel, next tile's K loaded ahead (session 13's H200 run; other turbo pairs at hd 128 run 4, other head dims 1)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -64,11 +64,13 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      shapes run variant 1.
 //   5: 4 with the rows staged a tile ahead in shared memory (cp.async), as 2 does for 1.
 //   6: 4 at 4 resident blocks per SM (128 registers, no spill): Nsight Compute found 4 latency-bound
-//      at its 12 warps per SM (session 12); not measured yet.
+//      at its 12 warps per SM (session 12); measured (session 13): turbo4 32.2 -> 28.7 us, turbo3
+//      34.1 -> 30.7 (FA alone, hd 128, KV 32768).
 //   7: 4 with a tile's V rows loaded before its K.Q (one DRAM wait per tile), 2 blocks per SM;
-//      turbo4 V only (other V types run 4); not measured yet.
+//      turbo4 V only (other V types run 4); measured: 30.7 us.
 //   8: 7 with the K words and mask values of a warp's next tile loaded while it computes this one
-//      (register double-buffering: K.Q never waits on DRAM); turbo4 K and V (other pairs run 4).
+//      (register double-buffering: K.Q never waits on DRAM); turbo4 K and V (other pairs run 4);
+//      measured: 25.4 us, the default.
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 8;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
