@@ -279,12 +279,12 @@ def _decode(llama_cpp, ctx, toks, pos0, want_logits):
         llama_cpp.llama_batch_free(batch)
 
 
-def _shift_and_fresh(model, toks, *, ctk, **env):
+def _shift_and_fresh(model, toks, *, ctk, n_after=16, **env):
     """Decode 160 tokens, drop positions 16..79 and shift the rest back by 64 (llama.cpp's
-    context shift: seq_rm + seq_add, RoPE re-applied by the K-shift graph), decode 16 more.
-    Returns their log-probs, and those of a fresh decode of the same 112 tokens. ``env``:
-    the engine variables the cache is created with (tqgguf.engine.engine_env's keywords,
-    e.g. k_center=engine_value(...) or kv_plan=...); tests/test_kv_plan.py uses it too."""
+    context shift: seq_rm + seq_add, RoPE re-applied by the K-shift graph), decode ``n_after``
+    more. Returns their log-probs, and those of a fresh decode of the same 96 + n_after tokens.
+    ``env``: the engine variables the cache is created with (tqgguf.engine.engine_env's
+    keywords, e.g. k_center=engine_value(...) or kv_plan=...); tests/test_kv_plan.py uses it too."""
     from tqgguf.cachetypes import ggml_type_id
     from tqgguf.engine import engine_env, ensure_engine
 
@@ -309,10 +309,10 @@ def _shift_and_fresh(model, toks, *, ctk, **env):
                     mem = llama_cpp.llama_get_memory(ctx)
                     assert llama_cpp.llama_memory_seq_rm(mem, 0, 16, 80)
                     llama_cpp.llama_memory_seq_add(mem, 0, 80, -1, -64)
-                    out.append(_decode(llama_cpp, ctx, toks[160:176], 96, 16))
+                    out.append(_decode(llama_cpp, ctx, toks[160:160 + n_after], 96, n_after))
                 else:
-                    fresh = np.concatenate([toks[:16], toks[80:176]])
-                    out.append(_decode(llama_cpp, ctx, fresh, 0, 16))
+                    fresh = np.concatenate([toks[:16], toks[80:160 + n_after]])
+                    out.append(_decode(llama_cpp, ctx, fresh, 0, n_after))
             finally:
                 llama_cpp.llama_free(ctx)
     finally:
@@ -320,16 +320,25 @@ def _shift_and_fresh(model, toks, *, ctk, **env):
     return out
 
 
+# The K-shift cases read 4 windows of the text (token offsets) and 64 tokens after each shift:
+# one window of 16 tokens left the verdict to chance (session 13, on the engine before the tiled
+# CPU path: turbo4 + bias:64 agreed with f16 on the top-1 token 12..15 times of 16 over 4 windows,
+# as often without a shift; and its KLD after the shift was 0.5x..2.6x the KLD without, by window).
+SHIFT_WINDOWS = (0, 1000, 2000, 3000)
+SHIFT_AFTER = 64
+
+
 @pytest.fixture(scope="module")
 def shift_reference(qwen, wiki):
-    """Tokens, and the f16 uncentered shifted/fresh log-probs every case is measured against."""
+    """Per window: tokens, and the f16 uncentered shifted/fresh log-probs every case is measured against."""
     from tqgguf.quality import tokenize
     from tqgguf.runtime import open_model
 
     eng = open_model(qwen, n_ctx=64)
-    toks = tokenize(eng, wiki)[:200]
+    toks = tokenize(eng, wiki)
     eng.close()
-    return toks, _shift_and_fresh(qwen, toks, ctk="f16")
+    windows = [toks[w:w + 160 + SHIFT_AFTER] for w in SHIFT_WINDOWS]
+    return [(t, _shift_and_fresh(qwen, t, ctk="f16", n_after=SHIFT_AFTER)) for t in windows]
 
 
 @pytest.mark.engine
@@ -341,17 +350,24 @@ def test_k_shift_keeps_a_centered_cache_coherent(qwen, shift_reference, ctk, mod
     (R(64) - I)·m; full adds R(pos)·b back from the cells' positions, which the shift
     changes. After the shift, a centered cache must stay as close to the f16 uncentered
     cache as it is without any shift (for turbo4 that distance is its quantization error,
-    plus the re-quantization every quantized K-shift does)."""
-    toks, (shift_ref, fresh_ref) = shift_reference
+    plus the re-quantization every quantized K-shift does): over the windows, the mean KLD
+    after the shift within 1.5x the mean without, and the top-1 token the same as often, to
+    16 of the 256 (the spread between windows: SHIFT_WINDOWS above)."""
     from tqgguf.kcenter import engine_value
 
-    shift_c, fresh_c = _shift_and_fresh(qwen, toks, ctk=ctk, k_center=engine_value(mode, qwen))
-    d_shift, d_fresh = _kld(shift_ref, shift_c), _kld(fresh_ref, fresh_c)
-    top = int((shift_ref.argmax(1) == shift_c.argmax(1)).sum())
-    print(f"\nK-shift {ctk} + {mode}: KLD to f16 after the shift {d_shift:.2e}, without shift {d_fresh:.2e}; "
-          f"same top-1 after the shift {top}/16 (f16 shifted vs fresh: {_kld(fresh_ref, shift_ref):.2e})")
-    assert d_shift < 2 * d_fresh + 2e-3
-    assert top >= 14
+    d_shift = d_fresh = 0.0
+    top_shift = top_fresh = n = 0
+    for toks, (shift_ref, fresh_ref) in shift_reference:
+        shift_c, fresh_c = _shift_and_fresh(qwen, toks, ctk=ctk, n_after=SHIFT_AFTER, k_center=engine_value(mode, qwen))
+        d_shift += _kld(shift_ref, shift_c) / len(shift_reference)
+        d_fresh += _kld(fresh_ref, fresh_c) / len(shift_reference)
+        top_shift += int((shift_ref.argmax(1) == shift_c.argmax(1)).sum())
+        top_fresh += int((fresh_ref.argmax(1) == fresh_c.argmax(1)).sum())
+        n += len(shift_ref)
+    print(f"\nK-shift {ctk} + {mode}, {len(shift_reference)} windows: mean KLD to f16 after the shift {d_shift:.2e}, "
+          f"without shift {d_fresh:.2e}; same top-1 {top_shift}/{n} after the shift, {top_fresh}/{n} without")
+    assert d_shift < 1.5 * d_fresh + 2e-3
+    assert top_shift >= top_fresh - 16
 
 
 def test_recommend_skips_inactive_centering():
