@@ -1,6 +1,6 @@
 // tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
-// sequence: variant 4 of GGML_CUDA_TURBO_FA_DEC (turbo-fattn-dec.cuh includes this file and
-// dispatches to it; shapes it does not cover take variant 1).
+// sequence: variants 4..8 of GGML_CUDA_TURBO_FA_DEC, 8 the default (turbo-fattn-dec.cuh includes
+// this file and dispatches to it; shapes it does not cover take variant 1).
 //
 // Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
 // the CUDA cores (G dp4a chains per K word, G x 4 HFMA2 per 8 V values): 0.49 warp instructions
@@ -209,8 +209,8 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
     }
 }
 
-// min_blocks: resident blocks per SM asked of the compiler (3: <= 168 registers, 155 used at sm_90;
-// 4: <= 128, 128 used and no spill -- variant 6, not measured yet). early_v (turbo4 V, not staged):
+// min_blocks: resident blocks per SM asked of the compiler (3: <= 168 registers, 147-149 used at sm_90;
+// 4: <= 128, 126-128 used -- variant 6, 4 bytes spilled at G 8). early_v (turbo4 V, not staged):
 // the tile's V words are loaded before its K.Q, so a warp waits on DRAM once per tile instead of
 // three times (K rows 0..15, 16..31, V), at the cost of 40 registers (variant 7, at 2 blocks per SM).
 // next_k (turbo4 K, not staged; variant 8 with early_v): the K words and mask values of the warp's
