@@ -23,13 +23,16 @@
 #   scripts/gpu/roofline.sh bench MODEL      llama-bench -ngl 99 -fa 1 -p 512 -n 64 -d 0,16384,65536 -r 3
 #                                            -o md per K/V pair (KVS), the turbo/turbo pairs once per
 #                                            value in DECS (default "1 0"); ~8-10 min for the defaults:
-#                                            split with KVS=... / DECS=... over several calls if needed
+#                                            split with KVS=... / DECS=... over several calls if needed;
+#                                            BENCH_ARGS replaces the -p/-n/-d/-r flags; LLAMA_ATTN_ROT_DISABLE=1
+#                                            (env) measures without the Hadamard rotation (labelled)
 #   scripts/gpu/roofline.sh batched MODEL    llama-batched-bench S_TG: equal KV memory (f16 64 seqs vs
 #                                            turbo4 240 seqs of 4096+128) and equal batch (128 x 2048+128)
 #                                            RUNS="K/V:NPL:NPP[:DEC] ..." overrides; more than 256 sequences
 #                                            need patch 0011 (LLAMA_MAX_SEQ 1024), e.g. turbo4/turbo4:480:2048:2
-#   scripts/gpu/roofline.sh model PATH       write the 8B-shaped random GGUF with scripts/gpu/write_shape.py
-#                                            (if that script is in the tree)
+#   scripts/gpu/roofline.sh model PATH       write a random-weight GGUF of a real model's shape with
+#                                            scripts/gpu/write_shape.py: SHAPE (env, default llama-3.1-8b;
+#                                            tqgguf/shapes.py lists them), gguf from .device/whl if needed
 # Several subcommands run in order in one call: roofline.sh build check kernel. The machine is
 # handed back after ~30 s idle and a new one starts bare (no build), so keep the calls back to
 # back; per call (10 min): "build check" (~6 + ~3 min), "kernel batched MODEL", "bench MODEL"
@@ -141,6 +144,7 @@ bench)
         for dec in $decs; do
             label="$kv"; envs=()
             if [ "$dec" != - ]; then label="$kv DEC=$dec"; envs=(GGML_CUDA_TURBO_FA_DEC=$dec); fi
+            [ -n "${LLAMA_ATTN_ROT_DISABLE:-}" ] && label="$label rotation off (LLAMA_ATTN_ROT_DISABLE)"
             echo "== $label"
             env "${envs[@]}" "$BIN/llama-bench" -m "$M" -ngl 99 -fa 1 -ctk "${kv%/*}" -ctv "${kv#*/}" ${BENCH_ARGS:--p 512 -n 64 -d 0,16384,65536 -r 3} \
                 -o md 2>> "$OUT/bench-$tag.err" | grep -E "^\| " | grep -v -E "^\| (model|---)" || echo "FAILED $label"
@@ -163,8 +167,11 @@ batched)
     ;;
 model)
     P=${2:?path}
-    if [ -e scripts/gpu/write_shape.py ]; then python3 scripts/gpu/write_shape.py llama-3.1-8b "$P"; ls -la "$P"
-    else echo "scripts/gpu/write_shape.py is not in this tree; give bench a GGUF path"; exit 1; fi
+    # the gguf package: from the wheel carried in .device/whl when this machine has none
+    if ! python3 -c "import gguf" 2> /dev/null && ls .device/whl/gguf-*.whl > /dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --target /tmp/tq-site .device/whl/gguf-*.whl
+    fi
+    PYTHONPATH=/tmp/tq-site:$PWD${PYTHONPATH:+:$PYTHONPATH} python3 scripts/gpu/write_shape.py "${SHAPE:-llama-3.1-8b}" "$P"; ls -la "$P"
     ;;
 *)
     sed -n "2,/^set -euo/p" "$0" | sed "$ d"; exit 2 ;;
