@@ -5,9 +5,10 @@ TQGGUF_REQUIRE_ENGINE=1 (see conftest.py).
 
 Contract checked here: the C encoders write exactly the reference's bytes (both encoders, all
 three types, >= 100k random blocks of several distributions plus edge blocks), the C decoder
-reproduces the reference's floats bit for bit, vec_dot equals dequantize . y, every SIMD level
-(AVX2, AVX-512) agrees with the portable code byte for byte, and the C round-trip MSE matches
-the Lloyd-Max theory.
+reproduces the reference's floats bit for bit, vec_dot equals dequantize . y, the many-row
+vec_dot (flash attention's grouped decode) equals one vec_dot per row bit for bit, every SIMD
+level (AVX2, AVX-512) agrees with the portable code byte for byte, and the C round-trip MSE
+matches the Lloyd-Max theory.
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         f = getattr(lib, f"ggml_vec_dot_turbo{n}_0_f32")
         f.argtypes = [ctypes.c_int, vp, ctypes.c_size_t, vp, ctypes.c_size_t, vp, ctypes.c_size_t, ctypes.c_int]
         f.restype = None
+    lib.ggml_turbo_vec_dot_multi.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, vp, vp, vp, i64]
+    lib.ggml_turbo_vec_dot_multi.restype = None
     lib.ggml_turbo_simd_level.restype = ctypes.c_int
     lib.ggml_turbo_simd_level.argtypes = []
     lib.ggml_type_count.argtypes = []
@@ -86,6 +89,26 @@ def c_vec_dot(lib, name: str, raw_row: np.ndarray, y: np.ndarray) -> float:
     s = np.zeros(1, dtype=np.float32)
     getattr(lib, f"ggml_vec_dot_turbo{name[-1]}_0_f32")(y.size, _ptr(s), 0, _ptr(raw_row), 0, _ptr(y), 0, 1)
     return float(s[0])
+
+
+def multi_dot_mismatches(lib, name: str, rnd: np.ndarray, rng: np.random.Generator) -> int:
+    """ggml_turbo_vec_dot_multi against one ggml_vec_dot_turboN_0_f32 call per row of y: the
+    number of results whose bits differ, over rows of 1, 2 and 4 blocks (head dims 64 ... 256)
+    and 1, 3, 7, 16 and 17 rows of y (17: two passes of the 16-row accumulators)."""
+    from tqgguf.cachetypes import ggml_type_id
+
+    tid = ggml_type_id(name)
+    bad = 0
+    for n_blocks in (1, 2, 4):
+        for nq in (1, 3, 7, 16, 17):
+            for r0 in range(0, 64 * n_blocks, 8 * n_blocks):
+                row = np.ascontiguousarray(rnd[r0:r0 + n_blocks].reshape(-1))
+                y = (rng.standard_normal((nq, 64 * n_blocks)) * np.exp(rng.normal(0, 2, (nq, 1)))).astype(np.float32)
+                s = np.zeros(nq, dtype=np.float32)
+                lib.ggml_turbo_vec_dot_multi(tid, 64 * n_blocks, nq, _ptr(s), _ptr(row), _ptr(y), 64 * n_blocks)
+                one = np.array([c_vec_dot(lib, name, row, np.ascontiguousarray(y[h])) for h in range(nq)], dtype=np.float32)
+                bad += int(np.count_nonzero(s.view(np.uint32) != one.view(np.uint32)))
+    return bad
 
 
 # ----------------------------------------------------------------------------------------
@@ -375,8 +398,9 @@ _CHILD = textwrap.dedent("""
             out[f"q_{n}_{e}"] = t.c_quantize(lib, n, x, e)
         out[f"dq_{n}"] = t.c_dequantize(lib, n, rnd[n])
         dots[n] = [t.c_vec_dot(lib, n, rnd[n][i:i + 8].reshape(-1), y) for i in range(0, 4000, 8)]
+    multi = {n: t.multi_dot_mismatches(lib, n, rnd[n], np.random.default_rng(5)) for n in t.NAMES}
     np.savez(sys.argv[5], **out)
-    print(json.dumps({"simd": lib.ggml_turbo_simd_level(), "dots": dots}))
+    print(json.dumps({"simd": lib.ggml_turbo_simd_level(), "dots": dots, "multi": multi}))
 """)
 
 
@@ -413,12 +437,14 @@ def test_simd_and_portable_paths_agree(lib, blocks, tmp_path):
     args = [str(Path(__file__).parent), str(tmp_path / "x.npy"), str(tmp_path / "rnd_"), str(tmp_path / "y.npy")]
     meta_p, port = _run_child(tmp_path, 0, args)
     assert meta_p["simd"] == 0, "GGML_TURBO_NO_SIMD=1 did not select the portable code"
+    assert meta_p["multi"] == {n: 0 for n in NAMES}, f"portable code: vec_dot_multi differs from vec_dot {meta_p['multi']}"
     best = lib.ggml_turbo_simd_level()
     if best == 0:
         pytest.skip("this CPU has no AVX2+FMA+F16C path; only the portable code exists")
     for level in range(1, best + 1):
         meta_s, simd = _run_child(tmp_path, level, args)
         assert meta_s["simd"] == level, f"GGML_TURBO_SIMD_MAX={level} gave level {meta_s['simd']}"
+        assert meta_s["multi"] == {n: 0 for n in NAMES}, f"level {level}: vec_dot_multi differs from vec_dot {meta_s['multi']}"
         for key in simd:
             a, b = simd[key], port[key]
             if key.startswith("dq_"):

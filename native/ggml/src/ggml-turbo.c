@@ -27,6 +27,9 @@
 static int turbo_simd_cached = -1;
 #endif
 
+// query rows per pass of ggml_turbo_vec_dot_multi (its accumulators live on the stack)
+#define TURBO_DOT_MULTI_MAX 16
+
 static const float turbo4_c[16] = GGML_TURBO4_CENTROIDS;
 static const float turbo4_b[15] = GGML_TURBO4_BOUNDARIES;
 static const float turbo3_c[8]  = GGML_TURBO3_CENTROIDS;
@@ -376,14 +379,46 @@ TARGET static void turbo##N##_dot_##ISA(const block_turbo##N##_0 * x, const floa
     *s = turbo_hsum8_canonical(_mm256_add_ps(acc0, acc1));                                          \
 }
 
+// nq dot products of one row (turbo##N##_dot_##ISA against y + h*ldy, h < nq <= TURBO_DOT_MULTI_MAX):
+// each block decoded once, each product accumulated exactly as the one-row dot accumulates it
+#define TURBO_DEFINE_SIMD_DOT_MULTI(N, ISA, TARGET)                                                 \
+TARGET static void turbo##N##_dot_multi_##ISA(const block_turbo##N##_0 * x, const float * y, int64_t ldy, \
+                                               int nq, int64_t nb, float * s) {                     \
+    __m256 acc[TURBO_DOT_MULTI_MAX][2];                                                             \
+    for (int h = 0; h < nq; ++h) {                                                                  \
+        acc[h][0] = _mm256_setzero_ps();                                                            \
+        acc[h][1] = _mm256_setzero_ps();                                                            \
+    }                                                                                               \
+    for (int64_t i = 0; i < nb; ++i) {                                                              \
+        __m256 out[8];                                                                              \
+        turbo##N##_decode_##ISA(x + i, out);                                                        \
+        for (int h = 0; h < nq; ++h) {                                                              \
+            const float * yb = y + h*ldy + i*QK_TURBO;                                              \
+            for (int r = 0; r < 8; r += 2) {                                                        \
+                acc[h][0] = _mm256_fmadd_ps(out[r],     _mm256_loadu_ps(yb + 8*r),     acc[h][0]);  \
+                acc[h][1] = _mm256_fmadd_ps(out[r + 1], _mm256_loadu_ps(yb + 8*r + 8), acc[h][1]);  \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    for (int h = 0; h < nq; ++h) {                                                                  \
+        s[h] = turbo_hsum8_canonical(_mm256_add_ps(acc[h][0], acc[h][1]));                          \
+    }                                                                                               \
+}
+
 TURBO_DEFINE_SIMD_ROWS(4, avx2,   TURBO_AVX2)
 TURBO_DEFINE_SIMD_ROWS(3, avx2,   TURBO_AVX2)
 TURBO_DEFINE_SIMD_ROWS(2, avx2,   TURBO_AVX2)
 TURBO_DEFINE_SIMD_ROWS(4, avx512, TURBO_AVX512)
+TURBO_DEFINE_SIMD_DOT_MULTI(4, avx2,   TURBO_AVX2)
+TURBO_DEFINE_SIMD_DOT_MULTI(3, avx2,   TURBO_AVX2)
+TURBO_DEFINE_SIMD_DOT_MULTI(2, avx2,   TURBO_AVX2)
+TURBO_DEFINE_SIMD_DOT_MULTI(4, avx512, TURBO_AVX512)
 #define turbo3_dequantize_avx512 turbo3_dequantize_avx2
 #define turbo3_dot_avx512        turbo3_dot_avx2
+#define turbo3_dot_multi_avx512  turbo3_dot_multi_avx2
 #define turbo2_dequantize_avx512 turbo2_dequantize_avx2
 #define turbo2_dot_avx512        turbo2_dot_avx2
+#define turbo2_dot_multi_avx512  turbo2_dot_multi_avx2
 
 // 0 portable, 1 AVX2+FMA+F16C, 2 AVX-512F+VL; GGML_TURBO_NO_SIMD=1 forces 0 and
 // GGML_TURBO_SIMD_MAX=n caps the level at n (tests compare every level with the portable code).
@@ -471,10 +506,14 @@ TURBO_DEFINE_QUANTIZE(2)
 #define TURBO_SIMD_DOT(N)                                                                           \
         case 2:  turbo##N##_dot_avx512(x, (const float *) vy, nb, s); return;                       \
         case 1:  turbo##N##_dot_avx2(x, (const float *) vy, nb, s);   return;
+#define TURBO_SIMD_DOT_MULTI(N)                                                                     \
+        case 2:  turbo##N##_dot_multi_avx512(x, y, ldy, nq, nb, s); return;                         \
+        case 1:  turbo##N##_dot_multi_avx2(x, y, ldy, nq, nb, s);   return;
 #else
 #define TURBO_SIMD_LEVEL() 0
 #define TURBO_SIMD_DEQUANT(N)
 #define TURBO_SIMD_DOT(N)
+#define TURBO_SIMD_DOT_MULTI(N)
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -502,6 +541,34 @@ TURBO_NOINLINE static void turbo##N##_dot_scalar(const block_turbo##N##_0 * x, c
         sum += GGML_FP16_TO_FP32(x[i].d)*sb;                                                        \
     }                                                                                               \
     *s = sum;                                                                                       \
+}                                                                                                   \
+TURBO_NOINLINE static void turbo##N##_dot_multi_scalar(const block_turbo##N##_0 * x, const float * y, int64_t ldy, \
+                                                      int nq, int64_t nb, float * s) {              \
+    float sum[TURBO_DOT_MULTI_MAX] = { 0.0f };                                                      \
+    for (int64_t i = 0; i < nb; ++i) {                                                              \
+        float c[QK_TURBO];                                                                          \
+        for (int j = 0; j < QK_TURBO; ++j) {                                                        \
+            c[j] = turbo##N##_c[turbo##N##_index(x + i, j)];                                        \
+        }                                                                                           \
+        const float d = GGML_FP16_TO_FP32(x[i].d);                                                  \
+        for (int h = 0; h < nq; ++h) {                                                              \
+            const float * yb = y + h*ldy + i*QK_TURBO;                                              \
+            float sb = 0.0f;                                                                        \
+            for (int j = 0; j < QK_TURBO; ++j) {                                                    \
+                sb += c[j]*yb[j];                                                                   \
+            }                                                                                       \
+            sum[h] += d*sb;                                                                         \
+        }                                                                                           \
+    }                                                                                               \
+    for (int h = 0; h < nq; ++h) {                                                                  \
+        s[h] = sum[h];                                                                              \
+    }                                                                                               \
+}                                                                                                   \
+static void turbo##N##_dot_multi(const block_turbo##N##_0 * x, const float * y, int64_t ldy, int nq, int64_t nb, float * s) { \
+    switch (turbo_simd()) {                                                                         \
+        TURBO_SIMD_DOT_MULTI(N)                                                                     \
+        default: turbo##N##_dot_multi_scalar(x, y, ldy, nq, nb, s); return;                         \
+    }                                                                                               \
 }                                                                                                   \
 TURBO_NOINLINE static void turbo##N##_dequantize_first(const void * vx, float * y, int64_t k) {    \
     (void) turbo_simd();                                                                            \
@@ -539,3 +606,18 @@ void ggml_vec_dot_turbo##N##_0_f32(int n, float * GGML_RESTRICT s, size_t bs, co
 TURBO_DEFINE_DECODE(4)
 TURBO_DEFINE_DECODE(3)
 TURBO_DEFINE_DECODE(2)
+
+void ggml_turbo_vec_dot_multi(enum ggml_type type, int n, int nq, float * GGML_RESTRICT s, const void * GGML_RESTRICT vx,
+                              const float * GGML_RESTRICT y, int64_t ldy) {
+    assert(n % QK_TURBO == 0);
+    const int64_t nb = n / QK_TURBO;
+    for (int h0 = 0; h0 < nq; h0 += TURBO_DOT_MULTI_MAX) {  // the row is decoded once per group
+        const int hn = nq - h0 < TURBO_DOT_MULTI_MAX ? nq - h0 : TURBO_DOT_MULTI_MAX;
+        switch (type) {
+            case GGML_TYPE_TURBO4_0: turbo4_dot_multi((const block_turbo4_0 *) vx, y + h0*ldy, ldy, hn, nb, s + h0); break;
+            case GGML_TYPE_TURBO3_0: turbo3_dot_multi((const block_turbo3_0 *) vx, y + h0*ldy, ldy, hn, nb, s + h0); break;
+            case GGML_TYPE_TURBO2_0: turbo2_dot_multi((const block_turbo2_0 *) vx, y + h0*ldy, ldy, hn, nb, s + h0); break;
+            default: GGML_ABORT("ggml_turbo_vec_dot_multi: %s is not a turbo type", ggml_type_name(type));
+        }
+    }
+}

@@ -30,6 +30,12 @@ GGML_API void ggml_vec_dot_turbo4_0_f32(int n, float * GGML_RESTRICT s, size_t b
 GGML_API void ggml_vec_dot_turbo3_0_f32(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc);
 GGML_API void ggml_vec_dot_turbo2_0_f32(int n, float * GGML_RESTRICT s, size_t bs, const void * GGML_RESTRICT vx, size_t bx, const void * GGML_RESTRICT vy, size_t by, int nrc);
 
+// s[h] = vec_dot of the turbo row vx (n values, type a turbo type) with the float32 row
+// y + h*ldy, for h = 0 .. nq-1: bit for bit what nq calls of ggml_vec_dot_turboN_0_f32 return,
+// at every SIMD level, with each block of the row decoded once per 16 rows of y (flash
+// attention's one-query decode: the Q heads that share a K head). Aborts on a non-turbo type.
+GGML_API void ggml_turbo_vec_dot_multi(enum ggml_type type, int n, int nq, float * GGML_RESTRICT s, const void * GGML_RESTRICT vx,
+                                       const float * GGML_RESTRICT y, int64_t ldy);
 // ggml_quantize_chunk entry points (imatrix ignored; scale-search encoder).
 GGML_API size_t quantize_turbo4_0(const float * GGML_RESTRICT src, void * GGML_RESTRICT dst, int64_t nrows, int64_t n_per_row, const float * imatrix);
 GGML_API size_t quantize_turbo3_0(const float * GGML_RESTRICT src, void * GGML_RESTRICT dst, int64_t nrows, int64_t n_per_row, const float * imatrix);

@@ -66,3 +66,219 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
         ggml_get_type_traits(type)->to_float(v_data, dst, DV);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// One-query decode (ops.cpp's split-KV path: one query, n_kv >= 512, the KV rows split over the
+// threads): the Q heads that share a K/V head take each K and V row together.
+//
+// Why: ggml's loop (ggml_compute_forward_flash_attn_ext_f16_one_chunk) runs the chunk once per
+// Q head, so with GQA every K row is decoded and dotted once per Q head (vec_dot) and every V
+// row decoded once per Q head (to_float): 3 times per row for SmolLM2-135M (9 Q / 3 KV heads),
+// 7 times for Qwen2.5-0.5B (14 / 2). Here a turbo K row is decoded once for its G heads
+// (ggml_turbo_vec_dot_multi) and a quantized V row once (to_float), then each head's online
+// softmax step runs exactly as ggml's: the same floats in the same order, so the partials
+// (M, S, VKQ per head and chunk) are bit for bit those of the loop it replaces.
+//
+// Returns false, having written nothing, where it does not apply: K and V both F16/F32 (ggml's
+// own loop, unchanged), K and V with different head counts, more than GGML_TURBO_FA_DEC_MAX_G
+// Q heads per K/V head, or more scratch than GGML_TURBO_FA_DEC_SCRATCH floats (G x (DK + DV) + DV).
+#include "ggml-turbo.h"
+#include "vec.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+static constexpr int64_t GGML_TURBO_FA_DEC_SCRATCH = 16384;  // floats on the stack (64 KiB)
+static constexpr int64_t GGML_TURBO_FA_DEC_MAX_G     = 64;     // Q heads per K/V head
+
+// GGML_TURBO_FA_GROUPED (env, read once): 0 turns this path off (ggml's per-head loop, for A/B
+// runs: the two agree bit for bit, tests/test_cpu_decode.py); log keeps it on and says on stderr,
+// once per process, that it ran and for which types
+static inline int ggml_turbo_fa_grouped_mode() {  // 0 off, 1 on, 2 on and log
+    static const int mode = [] {
+        const char * e = getenv("GGML_TURBO_FA_GROUPED");
+        if (e && strcmp(e, "0") == 0) {
+            return 0;
+        }
+        return e && strcmp(e, "log") == 0 ? 2 : 1;
+    }();
+    return mode;
+}
+
+static inline bool ggml_turbo_fa_is_turbo(enum ggml_type type) {
+    return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
+}
+
+// dst: the FLASH_ATTN_EXT node (q F32 with one query, neq3 == 1); rows [ic_start, ic_end) of K/V;
+// partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]).
+static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start, int64_t ic_end,
+                                       float * partials, int64_t partial_stride) {
+    const ggml_tensor * q     = dst->src[0];
+    const ggml_tensor * k     = dst->src[1];
+    const ggml_tensor * v     = dst->src[2];
+    const ggml_tensor * mask  = dst->src[3];
+    const ggml_tensor * sinks = dst->src[4];
+
+    const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
+    const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
+    const int64_t DK = k->ne[0], DV = v->ne[0];
+    const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
+    if ((k_plain && v_plain) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 || ggml_turbo_fa_grouped_mode() == 0) {
+        return false;
+    }
+    const int64_t G = n_head / n_head_kv;  // Q heads per K/V head
+    if (G > GGML_TURBO_FA_DEC_MAX_G || G*(DK + DV) + DV > GGML_TURBO_FA_DEC_SCRATCH) {
+        return false;
+    }
+
+    float scale = 1.0f, max_bias = 0.0f, logit_softcap = 0.0f;
+    memcpy(&scale,         (const float *) dst->op_params + 0, sizeof(float));
+    memcpy(&max_bias,      (const float *) dst->op_params + 1, sizeof(float));
+    memcpy(&logit_softcap, (const float *) dst->op_params + 2, sizeof(float));
+    if (logit_softcap != 0) {
+        scale /= logit_softcap;
+    }
+    const uint32_t n_head_log2 = 1u << (uint32_t) floor(log2(n_head));
+    const float m0 = powf(2.0f, -(max_bias       ) / n_head_log2);
+    const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
+
+    const ggml_type         k_vec_dot_type = ggml_get_type_traits_cpu(k->type)->vec_dot_type;
+    const ggml_from_float_t q_to_vec_dot   = ggml_get_type_traits_cpu(k_vec_dot_type)->from_float;
+    const ggml_vec_dot_t    kq_vec_dot     = ggml_get_type_traits_cpu(k->type)->vec_dot;
+    const ggml_to_float_t   v_to_float     = ggml_get_type_traits(v->type)->to_float;
+    GGML_ASSERT(q_to_vec_dot && "fattn: unsupported K-type");
+    GGML_ASSERT((v->type == GGML_TYPE_F32 || v_to_float) && "fattn: unsupported V-type");
+    const bool k_multi = ggml_turbo_fa_is_turbo(k->type) && k_vec_dot_type == GGML_TYPE_F32;
+    const bool v_f16   = v->type == GGML_TYPE_F16;
+
+    if (ggml_turbo_fa_grouped_mode() == 2) {
+        static std::atomic<bool> said{false};
+        if (!said.exchange(true)) {
+            fprintf(stderr, "ggml_turbo_fa_decode_chunk: one-query decode with %d Q heads per K/V head, K %s (%s), V %s\n",
+                    (int) G, ggml_type_name(k->type), k_multi ? "decoded once per row" : "vec_dot per head", ggml_type_name(v->type));
+        }
+    }
+
+    alignas(64) float scratch[GGML_TURBO_FA_DEC_SCRATCH];
+    float * Qb  = scratch;              // G rows of DK: Q of each head in k's vec_dot_type
+    float * VKQ = scratch + G*DK;       // G rows of DV: each head's accumulator (F16 ones for an F16 V)
+    float * V32 = VKQ + G*DV;           // one V row as floats
+    float M[GGML_TURBO_FA_DEC_MAX_G], S[GGML_TURBO_FA_DEC_MAX_G];  // per head: running max and sum
+    float slope[GGML_TURBO_FA_DEC_MAX_G], s[GGML_TURBO_FA_DEC_MAX_G];
+    const ggml_fp16_t * mp[GGML_TURBO_FA_DEC_MAX_G];               // per head: its mask row
+
+    for (int64_t ik2 = 0; ik2 < n_head_kv; ++ik2) {
+        for (int64_t j = 0; j < G; ++j) {
+            const int64_t h = ik2*G + j;
+            slope[j] = (max_bias > 0.0f) ? h < n_head_log2 ? powf(m0, h + 1) : powf(m1, 2*(h - n_head_log2) + 1) : 1.0f;
+            M[j] = -INFINITY;
+            S[j] = 0.0f;
+            if (v_f16) {
+                memset(VKQ + j*DV, 0, DV*sizeof(ggml_fp16_t));
+            } else {
+                memset(VKQ + j*DV, 0, DV*sizeof(float));
+            }
+            mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + (h % mask->ne[2])*mask->nb[2]) : nullptr;
+            q_to_vec_dot((const float *) ((const char *) q->data + h*q->nb[2]), Qb + j*DK, DK);
+        }
+        const char * k_head = (const char *) k->data + ik2*k->nb[2];
+        const char * v_head = (const char *) v->data + ik2*v->nb[2];
+
+        for (int64_t ic = ic_start; ic < ic_end; ++ic) {
+            bool any = false;
+            for (int64_t j = 0; j < G; ++j) {
+                any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);
+            }
+            if (!any) {
+                continue;
+            }
+            const char * k_data = k_head + ic*k->nb[1];
+            const char * v_data = v_head + ic*v->nb[1];
+            if (k_multi) {
+                ggml_turbo_vec_dot_multi(k->type, (int) DK, (int) G, s, k_data, Qb, DK);
+            }
+            bool v_decoded = false;
+            for (int64_t j = 0; j < G; ++j) {
+                const float mv = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
+                if (mv == -INFINITY) {
+                    continue;
+                }
+                float sj;
+                if (k_multi) {
+                    sj = s[j];
+                } else {
+                    kq_vec_dot((int) DK, &sj, 0, k_data, 0, Qb + j*DK, 0, 1);
+                }
+                sj = sj*scale;
+                if (logit_softcap != 0.0f) {
+                    sj = logit_softcap*tanhf(sj);
+                }
+                sj += mv;
+
+                const float Mold    = M[j];
+                const bool  new_max = sj > Mold;
+                float ms = 1.0f;  // the accumulator's rescale when the max moves
+                float vs = 1.0f;  // this row's weight, expf(s - M)
+                if (new_max) {
+                    M[j] = sj;
+                    ms = expf(Mold - sj);
+                } else {
+                    vs = expf(sj - Mold);
+                }
+                if (v_f16) {
+                    ggml_fp16_t * acc = (ggml_fp16_t *) (VKQ + j*DV);
+                    if (new_max) {
+                        ggml_vec_scale_f16((int) DV, acc, ms);
+                    }
+                    ggml_vec_mad_f16((int) DV, acc, (const ggml_fp16_t *) v_data, vs);
+                } else {
+                    float * acc = VKQ + j*DV;
+                    if (new_max) {
+                        ggml_vec_scale_f32((int) DV, acc, ms);
+                    }
+                    const float * vrow = (const float *) v_data;
+                    if (v_to_float) {
+                        if (!v_decoded) {
+                            v_to_float(v_data, V32, DV);
+                            v_decoded = true;
+                        }
+                        vrow = V32;
+                    }
+                    ggml_vec_mad_f32((int) DV, acc, vrow, vs);
+                }
+                S[j] = S[j]*ms + vs;
+            }
+        }
+
+        for (int64_t j = 0; j < G; ++j) {
+            const int64_t h = ik2*G + j;
+            float * out = partials + h*partial_stride;
+            float * acc = out + 2;
+            if (v_f16) {
+                const ggml_fp16_t * acc16 = (const ggml_fp16_t *) (VKQ + j*DV);
+                for (int64_t d = 0; d < DV; ++d) {
+                    acc[d] = GGML_CPU_FP16_TO_FP32(acc16[d]);
+                }
+            } else {
+                memcpy(acc, VKQ + j*DV, DV*sizeof(float));
+            }
+            if (sinks && ic_start == 0) {  // as ggml: the sink of each head joins the first chunk
+                const float sk = ((const float *) sinks->data)[h];
+                float ms = 1.0f, vs = 1.0f;
+                if (sk > M[j]) {
+                    ms = expf(M[j] - sk);
+                    M[j] = sk;
+                    ggml_vec_scale_f32((int) DV, acc, ms);
+                } else {
+                    vs = expf(sk - M[j]);
+                }
+                S[j] = S[j]*ms + vs;
+            }
+            out[0] = M[j];
+            out[1] = S[j];
+        }
+    }
+    return true;
+}

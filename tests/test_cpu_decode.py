@@ -1,0 +1,116 @@
+"""The CPU's one-query decode with quantized caches (native/ggml/src/ggml-cpu/ggml-turbo-fa.h,
+``ggml_turbo_fa_decode_chunk``): the Q heads that share a K/V head read each K and V row
+together, and the result is bit for bit that of ggml's per-head loop it replaces.
+
+Real models (SmolLM2-135M: 9 Q / 3 KV heads; Qwen2.5-Coder-0.5B: 14 / 2, with K centering
+``full``, whose K reaches attention as F32), real WikiText-2 text, the built engine. Each run
+is a child process, because the switch (``GGML_TURBO_FA_GROUPED``: ``0`` ggml's loop, ``log``
+the grouped path, saying so once on stderr) is read once per process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.engine
+
+N_PROMPT = 600  # > 512 cells: ggml's split-KV decode (one query, n_kv >= 512) runs for every token after
+N_DECODE = 6
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from tqgguf.cachetypes import ggml_type_id
+    from tqgguf.engine import engine_env, ensure_engine
+    ensure_engine()
+    import llama_cpp
+
+    model, toks_file, out_file, cases = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    toks = np.load(toks_file)
+    n_prompt, n_decode = int(sys.argv[5]), int(sys.argv[6])
+    mdl = llama_cpp.llama_model_load_from_file(model.encode(), llama_cpp.llama_model_default_params())
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(mdl))
+    out = {}
+    for ctk, ctv, kc in cases:
+        cp = llama_cpp.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = 1024, 1024, 512
+        cp.type_k, cp.type_v = ggml_type_id(ctk), ggml_type_id(ctv)
+        cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cp.n_threads = cp.n_threads_batch = 2
+        with engine_env(k_center=kc):
+            ctx = llama_cpp.llama_init_from_model(mdl, cp)
+        assert ctx
+        rows = []
+        batch = llama_cpp.llama_batch_init(n_prompt, 0, 1)
+        try:
+            for pos0, chunk in [(0, toks[:n_prompt])] + [(n_prompt + i, toks[n_prompt + i:n_prompt + i + 1]) for i in range(n_decode)]:
+                for i, t in enumerate(chunk):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(t), pos0 + i, 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = i == len(chunk) - 1
+                batch.n_tokens = len(chunk)
+                assert llama_cpp.llama_decode(ctx, batch) == 0
+                if len(chunk) == 1:
+                    p = llama_cpp.llama_get_logits_ith(ctx, 0)
+                    rows.append(np.ctypeslib.as_array(p, shape=(n_vocab,)).copy())
+        finally:
+            llama_cpp.llama_batch_free(batch)
+            llama_cpp.llama_free(ctx)
+        out[f"{ctk}/{ctv}/{kc}"] = np.array(rows, dtype=np.float32)
+    llama_cpp.llama_model_free(mdl)
+    np.savez(out_file, **out)
+""")
+
+
+def _run(model: Path, toks_file: Path, out: Path, cases, mode: str) -> tuple[dict, str]:
+    env = dict(os.environ, GGML_TURBO_FA_GROUPED=mode)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(toks_file), str(out), json.dumps(cases),
+                           str(N_PROMPT), str(N_DECODE)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(out) as z:
+        return {k: z[k] for k in z.files}, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def wiki_tokens(model_file, wikitext, tmp_path_factory):
+    """N_PROMPT + N_DECODE tokens of WikiText-2 per model name (each model's own tokenizer)."""
+    from tqgguf.quality import tokenize
+    from tqgguf.runtime import open_model
+
+    def get(name: str) -> tuple[Path, Path]:
+        path = model_file(name)
+        eng = open_model(path, n_ctx=64)
+        toks = np.asarray(tokenize(eng, wikitext.content[:20000])[:N_PROMPT + N_DECODE], dtype=np.int32)
+        eng.close()
+        f = tmp_path_factory.mktemp(name) / "toks.npy"
+        np.save(f, toks)
+        return path, f
+    return get
+
+
+@pytest.mark.parametrize("name,cases", [
+    # K turbo (decoded once for its heads) with V turbo / F16 / q8_0; K F16 and q8_0 (vec_dot per head) with V turbo
+    ("smollm2-135m", [["turbo4", "turbo4", "off"], ["turbo3", "f16", "off"], ["turbo2", "q8_0", "off"],
+                      ["f16", "turbo4", "off"], ["q8_0", "turbo3", "off"]]),
+    # GQA 7; K centering full hands attention an F32 K
+    ("qwen2.5-coder-0.5b", [["turbo4", "turbo4", "off"], ["turbo3", "turbo3", "full"]]),
+])
+def test_grouped_decode_is_bit_exact(wiki_tokens, tmp_path, name, cases):
+    model, toks = wiki_tokens(name)
+    grouped, err_g = _run(model, toks, tmp_path / "grouped.npz", cases, "log")
+    loop, err_l = _run(model, toks, tmp_path / "loop.npz", cases, "0")
+    assert "ggml_turbo_fa_decode_chunk: one-query decode with" in err_g, \
+        "the grouped decode never ran: " + err_g[-2000:]
+    assert "ggml_turbo_fa_decode_chunk" not in err_l
+    for key in loop:
+        a, b = grouped[key], loop[key]
+        assert a.shape == (N_DECODE, b.shape[1]) and np.isfinite(a).all()
+        diff = np.count_nonzero(a.view(np.uint32) != b.view(np.uint32))
+        assert diff == 0, f"{name} {key}: {diff} logits differ (max |d| {np.abs(a - b).max():.3g})"
