@@ -8,7 +8,9 @@
 #
 #   scripts/gpu/pack.sh                      (here) .device/cuda/tree.tar.xz from this checkout
 #   scripts/gpu/roofline.sh build            unpack, configure, build test-backend-ops, llama-bench,
-#                                            llama-batched-bench (+ copy-bandwidth), ~6 min on 16 cores
+#                                            llama-batched-bench (+ copy-bandwidth), ~6 min on 16 cores;
+#                                            OVERLAY_CUDA=1 copies native/ggml/src/ggml-cuda/ over the
+#                                            packed tree first (a CUDA-only edit without re-packing)
 #   scripts/gpu/roofline.sh check            test-backend-ops -b CUDA0, turbo cases of FLASH_ATTN_EXT,
 #                                            SET_ROWS, GET_ROWS; FLASH_ATTN_EXT once per value in DECS
 #                                            (env, default "1 2 3 2:4 0": each variant; 2 with every GQA case
@@ -68,6 +70,9 @@ case "$1" in
 build)
     rm -rf "$W/llama.cpp"
     tar -xJf .device/cuda/tree.tar.xz -C "$W"
+    if [ -n "${OVERLAY_CUDA:-}" ]; then  # this checkout's CUDA sources over the packed tree (a CUDA-only edit, no re-pack)
+        cp native/ggml/src/ggml-cuda/* "$W/llama.cpp/ggml/src/ggml-cuda/" && echo "overlaid: $(ls native/ggml/src/ggml-cuda | tr '\n' ' ')"
+    fi
     { nproc; nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
     CC_LAUNCH=()
     if command -v ccache > /dev/null; then CC_LAUNCH=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache); fi

@@ -7,7 +7,7 @@
 #
 #   scripts/maintain/cpu27_table.sh MODEL DIR "DEPTH ..." ["PAIR ..."] [REPS]
 #   scripts/maintain/cpu27_table.sh smollm2-135m results/cpu-fa/s13/smollm2 "0 4096"
-# CPU27_ARGS: more tqgguf bench flags, e.g. --beyond-n-ctx-train for SmolLM2 at d16384 (its
+# CPU27_P: the prompt length (default 2048; 0: decode rows only). CPU27_ARGS: more tqgguf bench flags, e.g. --beyond-n-ctx-train for SmolLM2 at d16384 (its
 # n_ctx_train is 8192: bench refuses depth + tokens beyond it unless told it is speed only).
 set -euo pipefail
 model=$1 dir=$2 depths=$3
@@ -16,7 +16,7 @@ reps=${5:-3}
 for d in $depths; do
     for pair in $pairs; do
         echo "== $pair d$d (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-        tqgguf bench "$model" --ctk "${pair%/*}" --ctv "${pair#*/}" -p 2048 -n 16 -d "$d" -r "$reps" -t 2 \
+        tqgguf bench "$model" --ctk "${pair%/*}" --ctv "${pair#*/}" -p "${CPU27_P:-2048}" -n 16 -d "$d" -r "$reps" -t 2 \
             --dir "$dir" --no-plot -o md ${CPU27_ARGS:-}
     done
 done

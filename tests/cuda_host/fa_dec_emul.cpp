@@ -193,7 +193,10 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     typedef typename ggml_cuda_turbo_traits<tK>::block bK;
     typedef typename ggml_cuda_turbo_traits<tV>::block bV;
     const int nhq = fc.nh_kv*fc.gqa, nkv = fc.n_kv, nseq = fc.nseq;
-    const int G = VAR >= 4 && fc.gqa % 8 == 0 ? 8 : fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
+    // the launcher's choice: 8 for a multiple of 8 and (tensor-core kernel) for a ratio of 3, 5, 6, 7
+    const bool whole = VAR >= 4 && fc.gqa < 8 && (fc.gqa & (fc.gqa - 1)) != 0;
+    const int G = VAR >= 4 && (fc.gqa % 8 == 0 || whole) ? 8 : fc.gqa % 4 == 0 ? 4 : fc.gqa % 2 == 0 ? 2 : 1;
+    const int ng = whole ? fc.gqa : G;  // heads per block
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f), ud(0.25f, 2.0f);
     // K/V [D/64 blocks, n_kv, nh_kv, nseq], Q [D, 1, nhq, nseq] f32, mask [n_kv, 1, 1, nseq] f16
@@ -230,7 +233,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     const int P = fc.P;
     std::vector<float> parts((size_t) nseq*nhq*P*D, 0.0f);
     std::vector<float2> meta((size_t) nseq*nhq*P);
-    gridDim = { 1, (unsigned) P, (unsigned) (nhq/G*nseq) };
+    gridDim = { 1, (unsigned) P, (unsigned) (nhq/ng*nseq) };
     blockDim = { 32, 4, 1 };
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
@@ -385,6 +388,13 @@ int main() {
         ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>(fc, rng);
     }
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    // a GQA ratio of 3, 5, 6, 7 in one G = 8 block (the whole group of a K/V head), every variant's code
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>({ 256, 3, 3, 1, 1, true, false, 8.0f }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 4>({ 256, 2, 6, 1, 3, true, true, 0.0f }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 6>({ 384, 1, 5, 2, 2, true, false, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO4_0, 6>({ 256, 2, 7, 1, 2, false, true, 0.0f }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 7>({ 256, 2, 7, 1, 1, true, false, 0.0f }, rng);
     printf("%s\n", ok ? "all OK" : "FAILURES");
     return ok ? 0 : 1;
 }

@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 8  // the tensor-core kernel, next tile's K loaded ahead (session 13's H200 run; other turbo pairs at hd 128 run 4, other head dims 1)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 8  // the tensor-core kernel, next tile's K loaded ahead (session 13's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -196,9 +196,9 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_V_c(const uint32_t
 // head0 (sequence * n_queries * n_heads + head0, one query per sequence). Every thread calls it.
 template <int D, int G, int nwarps>
 static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_write(const float (*sh_sum)[nwarps], const float (*sh_max)[nwarps],
-        const float (*sh_acc)[G][D], float * dst_ptr, float2 * dst_meta_ptr, const int row0, const int tid) {
+        const float (*sh_acc)[G][D], float * dst_ptr, float2 * dst_meta_ptr, const int row0, const int tid, const int ng = G) {
 #pragma unroll
-    for (int j = tid; j < G*D; j += nwarps*WARP_SIZE) {
+    for (int j = tid; j < ng*D; j += nwarps*WARP_SIZE) {
         const int h = j / D;
         const int i = j % D;
         float sum = 0.0f;
@@ -213,7 +213,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_dec_write(const float 
         }
         dst_ptr[(row0 + h)*gridDim.y*D + blockIdx.y*D + i] = val;
     }
-    if (gridDim.y != 1 && tid < G) {
+    if (gridDim.y != 1 && tid < ng) {
         float gmax = sh_max[tid][0];
         float sum  = 0.0f;
 #pragma unroll
@@ -640,6 +640,13 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     const int env       = ggml_cuda_turbo_fa_gqa_env();
     const int64_t ntiles_KV = (K->ne[1] + ggml_cuda_turbo_fa_mma_rows - 1) / ggml_cuda_turbo_fa_mma_rows;
     const int64_t nsm       = ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+    // a ratio of 3, 5, 6 or 7 (Qwen2.5: 7 at 0.5B and 7B, 6 at 1.5B, 5 at 14B/32B): the G = 8 kernel takes
+    // the whole group (its 8 columns, ratio of them used), so each K/V row is read once, not once per
+    // power-of-two part of the group (G = 1 for 7: seven reads; session 14's Qwen2.5-7B shape)
+    if (gqa_ratio < 8 && (gqa_ratio & (gqa_ratio - 1)) != 0 && env == 0 &&
+            (Q->ne[2] / gqa_ratio) * Q->ne[3] * ntiles_KV >= nsm * min_blocks) {
+        return 8;
+    }
     for (int G = 8; G > 1; G /= 2) {
         if (gqa_ratio % G != 0 || (env > 0 && G > env)) {
             continue;
@@ -689,12 +696,12 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var == 6) {
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else if (var == 8 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                } else if (var == 6 || var == 8) {  // 8 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 }

@@ -25,7 +25,8 @@
 //         registers by movmatrix into the B layout of P.V (heads by lane group).
 //
 // A block is (sequence, K/V head, KV split) with G <= 8 Q heads (the 8 columns of both mma; the
-// columns beyond G are zeros), 4 warps of 32 KV rows per tile; per warp and tile: 8 int8 mma,
+// columns beyond G are zeros; with G = 8 and a GQA ratio of 3, 5, 6 or 7 the block takes that
+// ratio's heads, the whole group of its K/V head), 4 warps of 32 KV rows per tile; per warp and tile: 8 int8 mma,
 // 16 fp16 mma, 4 movmatrix. The split over gridDim.y and its merge are upstream's launch_fattn
 // and combine kernel, as for variant 1.
 //
@@ -262,18 +263,21 @@ static __global__ void flash_attn_ext_turbo_mma(
     const int g    = lane / 4;  // mma group: K rows g, g+8 / Q head g / V dims of lane g
     const int t    = lane % 4;  // lane in the group: heads 2t, 2t+1 of the C fragments / V rows 2t, 2t+1, 2t+8, 2t+9
 
-    const int sequence  = blockIdx.z / (ne02/G);
-    const int head0     = (blockIdx.z - sequence*(ne02/G))*G;
+    // ng: the Q heads this block computes, G, or all gqa_ratio < G heads of its K/V head (G = 8 for a
+    // ratio of 3, 5, 6 or 7: the mma's 8 columns hold the whole group, each K/V row read once)
     const int gqa_ratio = ne02 / ne12;
+    const int ng        = gqa_ratio < G ? gqa_ratio : G;
+    const int sequence  = blockIdx.z / (ne02/ng);
+    const int head0     = (blockIdx.z - sequence*(ne02/ng))*ng;
     const char * Q = Q_ptr + nb03*sequence + nb02*head0;
     const char * K = K_ptr + nb13*sequence + nb12*(head0 / gqa_ratio);
     const char * V = V_ptr + nb23*sequence + nb22*(head0 / gqa_ratio);
     const half * maskh = mask_ptr ? (const half *) (mask_ptr + nb33*(sequence % ne33)) : nullptr;
 
-    float slope[2];  // ALiBi slopes of heads 2t, 2t+1 (columns beyond G: any finite value)
+    float slope[2];  // ALiBi slopes of heads 2t, 2t+1 (columns beyond ng: any finite value)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        slope[hh] = get_alibi_slope(max_bias, head0 + (2*t + hh < G ? 2*t + hh : G - 1), n_head_log2, m0, m1);
+        slope[hh] = get_alibi_slope(max_bias, head0 + (2*t + hh < ng ? 2*t + hh : ng - 1), n_head_log2, m0, m1);
     }
 
     __shared__ __align__(16) int8_t sh_q[8][D];   // Q (scaled) as int8, 8 columns
@@ -293,7 +297,7 @@ static __global__ void flash_attn_ext_turbo_mma(
         float x[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            x[c] = h < G ? scale * ((const float *) (Q + h*nb02))[4*lane + c] : 0.0f;
+            x[c] = h < ng ? scale * ((const float *) (Q + h*nb02))[4*lane + c] : 0.0f;
         }
         float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
 #pragma unroll
@@ -638,7 +642,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     if (sinks_ptr && blockIdx.y == 0 && warp == 0) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            const float sink = ((const float *) sinks_ptr)[head0 + (2*t + hh < G ? 2*t + hh : G - 1)];
+            const float sink = ((const float *) sinks_ptr)[head0 + (2*t + hh < ng ? 2*t + hh : ng - 1)];
             const float mnew = fmaxf(sink, KQ_max[hh]);
             const float rescale = expf(KQ_max[hh] - mnew);
             KQ_max[hh] = mnew;
@@ -671,7 +675,7 @@ static __global__ void flash_attn_ext_turbo_mma(
         if (g == 0) {
             sh_sum[h][warp] = KQ_sum[hh]*f;
         }
-        if (h < G) {
+        if (h < ng) {
 #pragma unroll
             for (int i = 0; i < NM; ++i) {
                 const int e = 64*(i/4) + 32*((i/2) % 2) + 4*g + 2*(i % 2);  // sigma(i, g)
@@ -682,7 +686,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     }
     __syncthreads();
 
-    ggml_cuda_turbo_fa_dec_write<D, G, nwarps>(sh_sum, sh_max, sh_acc, dst_ptr, dst_meta_ptr, sequence*int(ne01.z)*ne02 + head0, tid);
+    ggml_cuda_turbo_fa_dec_write<D, G, nwarps>(sh_sum, sh_max, sh_acc, dst_ptr, dst_meta_ptr, sequence*int(ne01.z)*ne02 + head0, tid, ng);
 #else
     GGML_UNUSED_VARS(Q_ptr, K_ptr, V_ptr, mask_ptr, sinks_ptr, KV_max_ptr, dst_ptr, dst_meta_ptr, scale,
         max_bias, m0, m1, n_head_log2, logit_softcap,
