@@ -124,8 +124,77 @@ static bool is_k_bias(const ggml_tensor * t, uint32_t il) {
 }
 
 // full mode: the model's K biases, after checking the cache can add them back exactly
+// full mode's per-layer pair tensors and the shared unit tensor (llama_k_center_state::full_pair,
+// full_unit), when every layer in st.full_bias has one shape; each layer's beside its K cache, the
+// unit beside the first layer's
+static void build_full_pairs(const llama_hparams & hparams, llama_k_center_state & st,
+                             const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
+                             llama_k_center_bufs & bufs) {
+    const uint32_t il0      = st.full_bias.begin()->first;
+    const int64_t  head_dim = hparams.n_embd_head_k(il0);
+    const int64_t  n_head   = hparams.n_head_kv(il0);
+    const int64_t  n_rot    = hparams.n_rot(il0);
+    for (const auto & [il, bk] : st.full_bias) {
+        if ((int64_t) hparams.n_embd_head_k(il) != head_dim || (int64_t) hparams.n_head_kv(il) != n_head ||
+                (int64_t) hparams.n_rot(il) != n_rot) {
+            return;  // the graph ropes each layer's bias
+        }
+    }
+    const bool neox = hparams.rope_type == LLAMA_ROPE_TYPE_NEOX;
+    // pair of dim j < n_rot: its first and second dims (llama.cpp: NEOX (i, i + n_rot/2), NORM (2i, 2i+1))
+    auto first  = [&](int64_t j) { return neox ? (j < n_rot/2 ? j : j - n_rot/2) : j - j % 2; };
+    auto second = [&](int64_t j) { return neox ? (j < n_rot/2 ? j + n_rot/2 : j) : j - j % 2 + 1; };
+
+    std::map<ggml_backend_buffer_type_t, ggml_context_ptr> ctxs;
+    auto ctx_of = [&](uint32_t il) {
+        ggml_backend_buffer_type_t buft = buft_of(il);
+        auto it = ctxs.find(buft);
+        if (it == ctxs.end()) {
+            ggml_init_params params = { (st.full_bias.size() + 1)*ggml_tensor_overhead(), nullptr, true };
+            it = ctxs.emplace(buft, ggml_context_ptr { ggml_init(params) }).first;
+        }
+        return it->second.get();
+    };
+    st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
+    ggml_set_name(st.full_unit, "k_center_full_unit");
+    for (const auto & [il, bk] : st.full_bias) {
+        st.full_pair[il] = ggml_new_tensor_3d(ctx_of(il), GGML_TYPE_F32, head_dim, n_head, 2);
+        ggml_format_name(st.full_pair[il], "k_center_full_pair_l%u", il);
+    }
+    for (auto & [buft, ctx] : ctxs) {
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), buft);
+        if (!buf) {
+            throw std::runtime_error("failed to allocate the K centering (full) pair tensors");
+        }
+        bufs.emplace_back(std::move(ctx), ggml_backend_buffer_ptr { buf });
+    }
+    const int64_t n = head_dim*n_head;
+    std::vector<float> u(2*n, 0.0f);
+    for (int64_t h = 0; h < n_head; ++h) {
+        for (int64_t j = 0; j < head_dim; ++j) {
+            u[    h*head_dim + j] = j >= n_rot || j == first(j)  ? 1.0f : 0.0f;
+            u[n + h*head_dim + j] = j <  n_rot && j == second(j) ? 1.0f : 0.0f;
+        }
+    }
+    ggml_backend_tensor_set(st.full_unit, u.data(), 0, ggml_nbytes(st.full_unit));
+    for (const auto & [il, bk] : st.full_bias) {
+        const std::vector<float> b = tensor_to_f32(bk);  // [head_dim, n_head]
+        std::vector<float> p(2*n, 0.0f);
+        for (int64_t h = 0; h < n_head; ++h) {
+            const float * bh = b.data() + h*head_dim;
+            for (int64_t j = 0; j < head_dim; ++j) {
+                p[    h*head_dim + j] = j < n_rot ? bh[first(j)]  : bh[j];
+                p[n + h*head_dim + j] = j < n_rot ? bh[second(j)] : 0.0f;
+            }
+        }
+        ggml_backend_tensor_set(st.full_pair.at(il), p.data(), 0, ggml_nbytes(st.full_pair.at(il)));
+    }
+}
+
 static llama_k_center_state build_full(const llama_model & model, const llama_hparams & hparams,
-                                       const std::vector<uint32_t> & layer_ids, uint32_t n_stream) {
+                                       const std::vector<uint32_t> & layer_ids, uint32_t n_stream,
+                                       const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
+                                       llama_k_center_bufs & bufs) {
     llama_k_center_state st;
     for (uint32_t il : layer_ids) {
         ggml_tensor * bk = model.layers[il].wk_b;
@@ -155,13 +224,16 @@ static llama_k_center_state build_full(const llama_model & model, const llama_hp
     }
     if (!st.full_bias.empty()) {
         st.identity = format("full %016llx", (unsigned long long) h);
+        build_full_pairs(hparams, st, buft_of, bufs);
     }
     if (st.full_bias.empty()) {
         LLAMA_LOG_INFO("%s: k_center = full (no layer of this model has an attn_k.bias): inactive, nothing to "
                        "subtract in %zu layers\n", __func__, layer_ids.size());
     } else {
         LLAMA_LOG_INFO("%s: k_center = full (the cache stores k - R(pos)·attn_k.bias; attention adds it back per "
-                       "cell): active on %zu of %zu layers\n", __func__, st.full_bias.size(), layer_ids.size());
+                       "cell%s): active on %zu of %zu layers\n", __func__,
+                       st.full_pair.empty() ? "" : "; R(pos) of the pair units once per ubatch for all layers",
+                       st.full_bias.size(), layer_ids.size());
     }
     return st;
 }
@@ -184,7 +256,7 @@ llama_k_center_state llama_k_center_build(
         return state;
     }
     if (cfg.kind == llama_k_center_config::mode::full) {
-        return build_full(model, hparams, layer_ids, n_stream);
+        return build_full(model, hparams, layer_ids, n_stream, buft_of, bufs);
     }
 
     // 1. the vectors, in the unrotated post-RoPE frame

@@ -71,6 +71,14 @@ using llama_k_center_bufs = std::vector<std::pair<ggml_context_ptr, ggml_backend
 struct llama_k_center_state {
     std::map<uint32_t, llama_k_center_layer> fixed;     // bias / file: layer id -> m_l
     std::map<uint32_t, ggml_tensor *>        full_bias; // full: layer id -> the model's attn_k.bias (F32)
+    // full, the add-back without a RoPE per layer: R(pos)·b = bA ⊙ R(pos)·uA + bB ⊙ R(pos)·uB per dim,
+    // where uA / uB hold 1 at the first / second dim of each RoPE pair (and uA 1 on the unrotated
+    // dims) and bA / bB the bias value at that pair's first / second dim. R(pos)·u is the same for
+    // every layer, so the graph ropes it once per ubatch over the cells (sin/cos once per cell, not
+    // once per cell and layer) and each layer multiplies and adds. Built when every full layer has
+    // the same head dim, K/V heads and n_rot (else empty: the graph ropes each layer's bias).
+    std::map<uint32_t, ggml_tensor *>        full_pair; // full: layer id -> F32 [head_dim, n_head_kv, 2]: bA, bB
+    ggml_tensor *                            full_unit = nullptr; // full: F32 [head_dim, n_head_kv, 2]: uA, uB
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
     // and the unrotated vectors (bias, file) or of the biases (full), e.g. "bias 1f0c…"
