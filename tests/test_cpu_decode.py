@@ -30,7 +30,13 @@ _CHILD = textwrap.dedent("""
     from tqgguf.cachetypes import ggml_type_id
     from tqgguf.engine import engine_env, ensure_engine
     ensure_engine()
+    import ctypes
     import llama_cpp
+
+    @llama_cpp.llama_log_callback
+    def _log(level, text, user_data):  # the engine's log lines to stderr (the tests read them)
+        sys.stderr.write(text.decode("utf-8", "replace"))
+    llama_cpp.llama_log_set(_log, ctypes.c_void_p())
 
     model, toks_file, out_file, cases = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     toks = np.load(toks_file)
@@ -69,8 +75,8 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _run(model: Path, toks_file: Path, out: Path, cases, mode: str) -> tuple[dict, str]:
-    env = dict(os.environ, GGML_TURBO_FA_GROUPED=mode)
+def _run(model: Path, toks_file: Path, out: Path, cases, mode: str, **env_more: str) -> tuple[dict, str]:
+    env = dict(os.environ, GGML_TURBO_FA_GROUPED=mode, **env_more)
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(toks_file), str(out), json.dumps(cases),
                            str(N_PROMPT), str(N_DECODE)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -114,3 +120,32 @@ def test_grouped_decode_is_bit_exact(wiki_tokens, tmp_path, name, cases):
         assert a.shape == (N_DECODE, b.shape[1]) and np.isfinite(a).all()
         diff = np.count_nonzero(a.view(np.uint32) != b.view(np.uint32))
         assert diff == 0, f"{name} {key}: {diff} logits differ (max |d| {np.abs(a - b).max():.3g})"
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path):
+    """K centering ``full`` in decode on the CPU: q·R(pos)·b per head in the attention mask, K as
+    cached (LLAMA_K_CENTER_FOLD, default on), against adding R(pos)·b to every cell of K (=0).
+    Both are exact in real arithmetic and round differently (an F16 mask term against an F16 K);
+    each is measured against the f16 cache's decode, and they must agree with each other far more
+    closely than either agrees with f16."""
+    model, toks = wiki_tokens("qwen2.5-coder-0.5b")
+    cases = [["turbo4", "turbo4", "full"], ["f16", "f16", "off"]]
+    fold, err_f = _run(model, toks, tmp_path / "fold.npz", cases, "1", LLAMA_K_CENTER_FOLD="1")
+    back, err_b = _run(model, toks, tmp_path / "back.npz", cases, "1", LLAMA_K_CENTER_FOLD="0")
+    assert "q·R(pos)·b in the attention mask" in err_f, "the fold was not active: " + err_f[-2000:]
+    assert "q·R(pos)·b in the attention mask" not in err_b
+    ref = _log_softmax(fold["f16/f16/off"])
+    assert np.array_equal(fold["f16/f16/off"], back["f16/f16/off"])  # nothing centered: the switch changes nothing
+    lf, lb = _log_softmax(fold["turbo4/turbo4/full"]), _log_softmax(back["turbo4/turbo4/full"])
+    kld = lambda p, q: float((np.exp(p) * (p - q)).sum(axis=-1).mean())  # noqa: E731
+    k_fold, k_back, k_between = kld(ref, lf), kld(ref, lb), kld(lb, lf)
+    print(f"\nKLD vs f16: fold {k_fold:.5f}, add-back {k_back:.5f}; between them {k_between:.2e}")
+    assert k_between < 0.25 * k_back, (k_between, k_back)
+    assert k_fold < 1.5 * k_back + 1e-3, (k_fold, k_back)
+    assert (lf.argmax(-1) == lb.argmax(-1)).sum() >= N_DECODE - 1

@@ -155,6 +155,10 @@ static void build_full_pairs(const llama_hparams & hparams, llama_k_center_state
         }
         return it->second.get();
     };
+    st.full_fold = llama_tq_env_bool("LLAMA_K_CENTER_FOLD", true);
+    for (const auto & [il, bk] : st.full_bias) {
+        st.full_fold = st.full_fold && ggml_backend_buft_is_host(buft_of(il));
+    }
     st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
     ggml_set_name(st.full_unit, "k_center_full_unit");
     for (const auto & [il, bk] : st.full_bias) {
@@ -232,7 +236,9 @@ static llama_k_center_state build_full(const llama_model & model, const llama_hp
     } else {
         LLAMA_LOG_INFO("%s: k_center = full (the cache stores k - R(pos)·attn_k.bias; attention adds it back per "
                        "cell%s): active on %zu of %zu layers\n", __func__,
-                       st.full_pair.empty() ? "" : "; R(pos) of the pair units once per ubatch for all layers",
+                       st.full_pair.empty() ? "" : st.full_fold ? "; R(pos) of the pair units once per ubatch for all layers, "
+                                                   "and in decode (<= 4 tokens) q·R(pos)·b in the attention mask, no K copy" :
+                                                   "; R(pos) of the pair units once per ubatch for all layers",
                        st.full_bias.size(), layer_ids.size());
     }
     return st;

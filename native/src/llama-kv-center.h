@@ -79,6 +79,13 @@ struct llama_k_center_state {
     // the same head dim, K/V heads and n_rot (else empty: the graph ropes each layer's bias).
     std::map<uint32_t, ggml_tensor *>        full_pair; // full: layer id -> F32 [head_dim, n_head_kv, 2]: bA, bB
     ggml_tensor *                            full_unit = nullptr; // full: F32 [head_dim, n_head_kv, 2]: uA, uB
+    // full, decode on the CPU: instead of adding R(pos)·b to every cell of K (a cast of K to F32, the
+    // add, the Hadamard rotation of R(pos)·b per cell and layer), attention gets q·R(pos)·b as a
+    // per-head term of its mask (q·H·(k - R·b) + q·H·H·R·b: H is orthonormal, so the second term is
+    // the unrotated q against R(pos)·b), and K stays the cache's. True when full_pair is built,
+    // every layer's K cache is in host memory (attention runs on the CPU, whose flash attention reads
+    // a mask per head) and LLAMA_K_CENTER_FOLD is not 0; the graph uses it for ubatches of <= 4 tokens.
+    bool                                     full_fold = false;
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
     // and the unrotated vectors (bias, file) or of the biases (full), e.g. "bias 1f0c…"
