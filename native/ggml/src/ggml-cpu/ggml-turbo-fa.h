@@ -93,16 +93,20 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 static constexpr int64_t GGML_TURBO_FA_DEC_SCRATCH = 16384;  // floats on the stack (64 KiB)
 static constexpr int64_t GGML_TURBO_FA_DEC_MAX_G     = 64;     // Q heads per K/V head
 
-// GGML_TURBO_FA_GROUPED (env, read once): 0 turns this path off (ggml's per-head loop, for A/B
-// runs: the two agree bit for bit, tests/test_cpu_decode.py); log keeps it on and says on stderr,
-// once per process, that it ran and for which types
+// GGML_TURBO_FA_GROUPED (env, read once): 1 (or unset) on; 0 turns this path off (ggml's per-head
+// loop, for A/B runs: the two agree bit for bit, tests/test_cpu_decode.py); log keeps it on and says
+// on stderr, once per process, that it ran and for which types; another value: a warning, then on
 static inline int ggml_turbo_fa_grouped_mode() {  // 0 off, 1 on, 2 on and log
     static const int mode = [] {
         const char * e = getenv("GGML_TURBO_FA_GROUPED");
-        if (e && strcmp(e, "0") == 0) {
-            return 0;
+        if (e == nullptr || *e == '\0' || strcmp(e, "1") == 0) {
+            return 1;
         }
-        return e && strcmp(e, "log") == 0 ? 2 : 1;
+        if (strcmp(e, "0") == 0 || strcmp(e, "log") == 0) {
+            return e[0] == '0' ? 0 : 2;
+        }
+        fprintf(stderr, "ggml_turbo_fa: GGML_TURBO_FA_GROUPED=%s is not one of 0, 1, log; using 1\n", e);
+        return 1;
     }();
     return mode;
 }
