@@ -226,8 +226,9 @@ def test_sigterm_while_requests_wait_behind_a_pending_reload(store_srv):
     _, log = s.sigterm(threads)  # within the grace period + 1.5 s, by the signal
     for name in ("reload", "ollama-stream", "ollama"):
         err = results.get(name)
-        assert isinstance(err, ollama.ResponseError) and err.status_code == 503, (name, err)
-        assert "tqgguf serve is shutting down (SIGTERM); this request was waiting for smol:latest to load" in err.error
+        assert isinstance(err, ollama.ResponseError) and err.status_code == 503, (name, err, log[-3000:])
+        assert "tqgguf serve is shutting down (SIGTERM); this request was waiting for smol:latest to load" in err.error, \
+            (name, err.error, log[-3000:])
     for i in range(2):
         err = results.get(f"openai-stream-{i}")
         assert isinstance(err, openai.APIError), (i, err)

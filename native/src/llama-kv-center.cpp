@@ -127,7 +127,7 @@ static bool is_k_bias(const ggml_tensor * t, uint32_t il) {
 // full mode's per-layer pair tensors and the shared unit tensor (llama_k_center_state::full_pair,
 // full_unit), when every layer in st.full_bias has one shape; each layer's beside its K cache, the
 // unit beside the first layer's
-static void build_full_pairs(const llama_hparams & hparams, llama_k_center_state & st,
+static void build_full_pairs(const llama_model & model, const llama_hparams & hparams, llama_k_center_state & st,
                              const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
                              llama_k_center_bufs & bufs) {
     const uint32_t il0      = st.full_bias.begin()->first;
@@ -157,7 +157,11 @@ static void build_full_pairs(const llama_hparams & hparams, llama_k_center_state
     };
     st.full_fold = llama_tq_env_bool("LLAMA_K_CENTER_FOLD", true);
     for (const auto & [il, bk] : st.full_bias) {
-        st.full_fold = st.full_fold && ggml_backend_buft_is_host(buft_of(il));
+        // the layer computed on the CPU device and its K cache in host memory: attention runs on the
+        // CPU (with its K/V elsewhere, or the layer on a GPU, the scheduler may run it where one mask
+        // row serves all heads)
+        st.full_fold = st.full_fold && ggml_backend_buft_is_host(buft_of(il)) &&
+                       ggml_backend_dev_type(model.dev_layer(il)) == GGML_BACKEND_DEVICE_TYPE_CPU;
     }
     st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
     ggml_set_name(st.full_unit, "k_center_full_unit");
@@ -228,7 +232,7 @@ static llama_k_center_state build_full(const llama_model & model, const llama_hp
     }
     if (!st.full_bias.empty()) {
         st.identity = format("full %016llx", (unsigned long long) h);
-        build_full_pairs(hparams, st, buft_of, bufs);
+        build_full_pairs(model, hparams, st, buft_of, bufs);
     }
     if (st.full_bias.empty()) {
         LLAMA_LOG_INFO("%s: k_center = full (no layer of this model has an attn_k.bias): inactive, nothing to "

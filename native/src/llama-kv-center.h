@@ -83,8 +83,9 @@ struct llama_k_center_state {
     // add, the Hadamard rotation of R(pos)·b per cell and layer), attention gets q·R(pos)·b as a
     // per-head term of its mask (q·H·(k - R·b) + q·H·H·R·b: H is orthonormal, so the second term is
     // the unrotated q against R(pos)·b), and K stays the cache's. True when full_pair is built,
-    // every layer's K cache is in host memory (attention runs on the CPU, whose flash attention reads
-    // a mask per head) and LLAMA_K_CENTER_FOLD is not 0; the graph uses it for ubatches of <= 4 tokens.
+    // every layer runs on the CPU device with its K cache in host memory (ggml's CPU flash attention
+    // reads a mask per head; the GPU kernels read one row for all heads) and LLAMA_K_CENTER_FOLD is
+    // not 0; the graph uses it for ubatches of <= 4 tokens.
     bool                                     full_fold = false;
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids

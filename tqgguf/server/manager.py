@@ -285,7 +285,7 @@ class Manager:
         the request's context and load options; whether it was (re)loaded for this request."""
         model, kind = r.model, r.kind
         if r.lock.locked():  # requests wait here while it loads or reloads
-            await self._unless_shutdown(r.lock.acquire(), model)
+            await self._unless_shutdown(r.lock.acquire(), model, undo=r.lock.release)
         else:  # the common case, without the two tasks of a guarded wait (the front's CPU per request)
             await r.lock.acquire()
         reloaded, changes = False, []
@@ -396,11 +396,15 @@ class Manager:
         return Unavailable(f"tqgguf serve is shutting down ({self._why}); this request was waiting for {model.name} "
                            "to load and was not started")
 
-    async def _unless_shutdown(self, wait: Awaitable[Any], model: ModelFile) -> Any:
+    async def _unless_shutdown(self, wait: Awaitable[Any], model: ModelFile,
+                               undo: Callable[[], Any] | None = None) -> Any:
         """Await ``wait`` (a lock, a runner going idle, room) unless serve starts shutting down
         first: then the wait is cancelled and the shutdown's Unavailable (503) raised, so a
         request that had not started ends with the API's error before uvicorn's limit cancels it
-        (which gave a bare 500 and a CancelledError traceback)."""
+        (which gave a bare 500 and a CancelledError traceback). A wait that completes as the
+        shutdown begins (a lock released by the request the shutdown stopped, in the same turn of
+        the loop) ends the same way, after ``undo`` (e.g. the lock's release): the request has
+        not started, so it must not start now and be cut at the end of the grace period."""
         if self.shutting_down:
             if asyncio.iscoroutine(wait):
                 wait.close()
@@ -415,8 +419,12 @@ class Manager:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        if not task.cancelled():  # done (a lock acquired just as the shutdown began counts as done)
-            return task.result()
+        if not task.cancelled():
+            result = task.result()
+            if not self.shutting_down:
+                return result
+            if undo is not None:
+                undo()
         raise self._shutdown_error(model)
 
     @staticmethod
