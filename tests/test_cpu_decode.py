@@ -134,6 +134,8 @@ def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path
     Both are exact in real arithmetic and round differently (an F16 mask term against an F16 K);
     each is measured against the f16 cache's decode, and they must agree with each other far more
     closely than either agrees with f16."""
+    from .test_k_center import _kld
+
     model, toks = wiki_tokens("qwen2.5-coder-0.5b")
     cases = [["turbo4", "turbo4", "full"], ["f16", "f16", "off"]]
     fold, err_f = _run(model, toks, tmp_path / "fold.npz", cases, "1", LLAMA_K_CENTER_FOLD="1")
@@ -143,8 +145,7 @@ def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path
     ref = _log_softmax(fold["f16/f16/off"])
     assert np.array_equal(fold["f16/f16/off"], back["f16/f16/off"])  # nothing centered: the switch changes nothing
     lf, lb = _log_softmax(fold["turbo4/turbo4/full"]), _log_softmax(back["turbo4/turbo4/full"])
-    kld = lambda p, q: float((np.exp(p) * (p - q)).sum(axis=-1).mean())  # noqa: E731
-    k_fold, k_back, k_between = kld(ref, lf), kld(ref, lb), kld(lb, lf)
+    k_fold, k_back, k_between = _kld(ref, lf), _kld(ref, lb), _kld(lb, lf)
     print(f"\nKLD vs f16: fold {k_fold:.5f}, add-back {k_back:.5f}; between them {k_between:.2e}")
     assert k_between < 0.25 * k_back, (k_between, k_back)
     assert k_fold < 1.5 * k_back + 1e-3, (k_fold, k_back)

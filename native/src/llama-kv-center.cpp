@@ -123,7 +123,6 @@ static bool is_k_bias(const ggml_tensor * t, uint32_t il) {
     return t && strcmp(ggml_get_name(t), format("blk.%u.attn_k.bias", il).c_str()) == 0;
 }
 
-// full mode: the model's K biases, after checking the cache can add them back exactly
 // full mode's per-layer pair tensors and the shared unit tensor (llama_k_center_state::full_pair,
 // full_unit), when every layer in st.full_bias has one shape; each layer's beside its K cache, the
 // unit beside the first layer's
@@ -199,6 +198,7 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
     }
 }
 
+// full mode: the model's K biases, after checking the cache can add them back exactly
 static llama_k_center_state build_full(const llama_model & model, const llama_hparams & hparams,
                                        const std::vector<uint32_t> & layer_ids, uint32_t n_stream,
                                        const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
