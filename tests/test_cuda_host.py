@@ -153,15 +153,17 @@ def test_cuda_fa_grouping_needs_a_full_wave(harness, case, want):
     assert int(r.stdout) == want
 
 
-@pytest.mark.parametrize("env, n_kv, want", [("1", "32896", 1), ("4", "256", 3), ("2", "256", 1), ("9", "256", 1)])
+@pytest.mark.parametrize("env, n_kv, want", [("1", "32896", 1), ("4", "256", 3), ("2", "256", 1), ("8", "256", 3),
+                                               ("9", "256", 1)])
 def test_cuda_fa_grouping_knob(harness, env, n_kv, want):
     """GGML_CUDA_TURBO_FA_GQA=N: the largest G <= N dividing the GQA ratio, whatever the grid
-    (SmolLM2's ratio 3: N = 2 gives 1); a value outside 1..4 is reported and the rule applies."""
+    (SmolLM2's ratio 3: N = 2 gives 1; the vector kernel has at most 4, so 8 gives 3); a value
+    outside 1..8 is reported and the rule applies."""
     r = subprocess.run([str(harness), "gqa", "64", "turbo4_0", "turbo4_0", "9", "3", n_kv, "1", "132"],
                        capture_output=True, text=True, env={"GGML_CUDA_TURBO_FA_GQA": env})
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) == want
-    assert ("not one of 1, 2, 3, 4" in r.stderr) == (env == "9")
+    assert ("not an integer from 1 to 8" in r.stderr) == (env == "9")
 
 
 def test_cuda_fa_decode_kernel_emulated(tmp_path):

@@ -122,7 +122,19 @@ def test_a_bad_name_weight_type_or_layer_count_is_refused_with_the_allowed_value
         S.write_shape("llama-3.2-1b", tmp_path / "x.gguf", weight_type="q2_k")
     with pytest.raises(S.ShapeError, match="at least 1 layer"):
         S.write_shape("llama-3.2-1b", tmp_path / "x.gguf", n_layers=0)
+    with pytest.raises(S.ShapeError, match="at least 259 tokens"):
+        S.write_shape("llama-3.2-1b", tmp_path / "x.gguf", n_layers=1, n_vocab=258)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_another_vocabulary_size_changes_the_embedding_output_and_tokenizer(tmp_path):
+    """n_vocab (write_shape.py --vocab): the output layer's share of a step, measured apart."""
+    path = S.write_shape("llama-3.1-8b", tmp_path / "v.gguf", n_layers=1, n_vocab=1000)
+    r = gguf.GGUFReader(str(path))
+    shapes = {t.name: tuple(int(x) for x in t.shape) for t in r.tensors}
+    assert shapes["token_embd.weight"] == shapes["output.weight"] == (4096, 1000)
+    assert int(r.fields["llama.vocab_size"].parts[-1][0]) == 1000
+    assert len(r.fields["tokenizer.ggml.tokens"].data) == 1000
 
 
 def test_the_gpu_script_runs_with_numpy_and_gguf_only(tmp_path):

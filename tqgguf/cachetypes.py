@@ -125,7 +125,12 @@ def libggml_base() -> ctypes.CDLL:
     path = engine_library("ggml-base")
     if path is None:
         raise EngineNotBuiltError(f"no libggml-base in {lib_dir}; run `tqgguf build`")
-    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    # RTLD_LOCAL (ctypes' default on Linux), as llama_cpp loads libllama: RTLD_GLOBAL would promote
+    # the engine's libraries to the process's global scope, and where they carry a static
+    # libstdc++ (the GPU image's compiler has no shared one) every extension module imported later
+    # (matplotlib's ft2font, numpy's) bound part of its C++ runtime to that copy (issue 26 item 5,
+    # docs/CUDA.md "load order")
+    lib = ctypes.CDLL(str(path))
     if not hasattr(lib, "ggml_type_count"):
         raise EngineNotBuiltError(
             f"{path} is a stock llama.cpp build without the turbo types; run `tqgguf build`")

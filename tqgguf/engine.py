@@ -125,7 +125,7 @@ def _libggml() -> ctypes.CDLL:
     path = engine_library("ggml")
     if path is None:
         raise EngineNotBuiltError(f"no libggml in {_lib_dir()}; run `tqgguf build`")
-    return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(path))  # RTLD_LOCAL: see cachetypes.libggml_base
 
 
 def backend_names() -> list[str]:

@@ -289,21 +289,31 @@ class _Filler:
 
 
 def write_shape(name: str, path: str | os.PathLike, *, weight_type: str = "q4_0", n_layers: int | None = None,
-                seed: int = 0) -> Path:
+                seed: int = 0, n_vocab: int | None = None) -> Path:
     """Write the random-weight GGUF of registry shape ``name`` to ``path``; return ``path``.
 
     ``weight_type``: q4_0 (default), q8_0 or f16 for every 2-D weight (norms, biases and
     ``rope_freqs`` are f32). ``n_layers``: how many layers (default the shape's; fewer make a
-    small file of the same width, e.g. 2 for a test); the GGUF's block count says it. The file
+    small file of the same width, e.g. 2 for a test); the GGUF's block count says it. ``n_vocab``:
+    another vocabulary size (default the shape's; for measuring the output layer's and the
+    logits' share of a decode step). The file
     is written through a temp file in ``path``'s directory and renamed into place when whole
     (a crash leaves no partial ``path``); tensor data goes out in chunks of at most 34 MiB, so
     memory stays small whatever the file size (Llama-3.1-8B in q4_0: 4.66 GB). Deterministic
     for the same arguments. Raises ShapeError for an unknown name or weight type (the
-    message lists the allowed ones) or n_layers < 1; OSError when ``path`` cannot be written.
+    message lists the allowed ones), n_layers < 1 or n_vocab < 259; OSError when ``path`` cannot
+    be written.
     """
+    import dataclasses
+
     import gguf
 
     shape = get_shape(name)
+    if n_vocab is not None:
+        if int(n_vocab) < 259:
+            raise ShapeError(f"n_vocab {n_vocab}: the vocabulary needs at least 259 tokens "
+                             "(<unk>, <s>, </s> and the 256 byte tokens)")
+        shape = dataclasses.replace(shape, n_vocab=int(n_vocab))
     weight_type = str(weight_type).strip().lower()
     if weight_type not in WEIGHT_TYPES:
         raise _unknown("weight type", weight_type, WEIGHT_TYPES)

@@ -21,17 +21,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 KIT=$(cd "${KIT:-$ROOT/.device/serve}" && pwd)
 PY=${PY:-python3} W=${W:-/tmp/tqrpc} OUT=${OUT:-$PWD/out} TEXT=${TEXT:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-mkdir -p "$OUT" && rm -rf "$W" && mkdir -p "$W"
-SITE=$W/site
-"$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$KIT"/wheels/*.whl 2>/dev/null || \
-    "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$SITE" "$KIT"/wheels/*.whl
-cp -r "$KIT/llama_cpp" "$SITE/llama_cpp" && mkdir -p "$SITE/llama_cpp/lib" && ln -s "$BIN"/lib*.so* "$SITE/llama_cpp/lib/"
-"$PY" - "$SITE/llama_cpp/_tqgguf_build.json" <<'PY'
-import json, sys
-p = sys.argv[1]; info = json.load(open(p)); info.update(backend="cuda"); json.dump(info, open(p, "w"))
-PY
+mkdir -p "$OUT"
+source "$ROOT/scripts/gpu/stage_site.sh"
 mkdir -p "$W/cache/build/tools-cuda/bin" && ln -s "$BIN"/* "$W/cache/build/tools-cuda/bin/"
-export PYTHONPATH=$ROOT:$SITE TQGGUF_CACHE=$W/cache TQGGUF_LLAMA_SERVER=$BIN/llama-server PYTHONUNBUFFERED=1
+export TQGGUF_CACHE=$W/cache TQGGUF_LLAMA_SERVER=$BIN/llama-server
 TQ="$PY -m tqgguf"
 [[ -n $TEXT ]] && export TQGGUF_TEXT=$TEXT
 { $TQ info 2>&1 || true; } | sed -n 1,12p > "$OUT/rpc-info.txt"

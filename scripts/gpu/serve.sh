@@ -33,27 +33,8 @@ for f in "$BIN/llama-server" "$BIN/llama-bench" "$BIN/libllama.so" "$BIN/libggml
 done
 ls "$KIT"/wheels/*.whl > /dev/null
 
-rm -rf "$W" && mkdir -p "$W/logs"
-SITE=$W/site
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$KIT"/wheels/*.whl || {
-    # no pip there: a wheel is a zip of the files to put on the path
-    echo "pip install failed; unpacking the wheels instead"
-    "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$SITE" "$KIT"/wheels/*.whl
-}
-cp -r "$KIT/llama_cpp" "$SITE/llama_cpp"
-mkdir -p "$SITE/llama_cpp/lib"
-ln -s "$BIN"/lib*.so* "$SITE/llama_cpp/lib/"
-backend=cpu; [[ -e $BIN/libggml-cuda.so ]] && backend=cuda
-"$PY" - "$SITE/llama_cpp/_tqgguf_build.json" "$backend" "$BIN" <<'PY'
-import json, sys, time
-path, backend, lib = sys.argv[1:]
-info = json.load(open(path))
-# what this engine is now: the carried Python package over another build's libraries
-info.update(backend=backend, lib_dir=lib, built_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-            note="llama_cpp Python package carried by scripts/gpu/serve_pack.sh; libraries from lib_dir")
-json.dump(info, open(path, "w"), indent=1)
-PY
-export PYTHONPATH=$ROOT:$SITE TQGGUF_LLAMA_SERVER=$BIN/llama-server PYTHONUNBUFFERED=1
+source "$ROOT/scripts/gpu/stage_site.sh"
+export TQGGUF_LLAMA_SERVER=$BIN/llama-server
 export NGL=${NGL:-99}
 
 {

@@ -3,6 +3,7 @@
 
     PYTHONPATH=<repo root> python3 scripts/gpu/write_shape.py llama-3.1-8b /tmp/l8b.gguf
     ... write_shape.py llama-3.1-70b-slice /tmp/s.gguf --layers 4 --weights q8_0
+    ... write_shape.py llama-3.1-8b /tmp/l8b-v32k.gguf --vocab 32000
 
 Needs numpy and gguf only (no click, pydantic, ...): for the GPU machine, where the files
 are written next to the engine instead of being copied there. Unknown name or weight type:
@@ -24,10 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", type=Path, help="the .gguf to write (replaced when it exists)")
     ap.add_argument("--layers", type=int, default=None, help="layer count (default: the shape's)")
     ap.add_argument("--weights", default="q4_0", help=f"2-D weight type: {', '.join(shapes.WEIGHT_TYPES)} (default q4_0)")
+    ap.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the shape's)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
-        out = shapes.write_shape(args.name, args.path, weight_type=args.weights, n_layers=args.layers)
+        out = shapes.write_shape(args.name, args.path, weight_type=args.weights, n_layers=args.layers,
+                                 n_vocab=args.vocab)
     except shapes.ShapeError as e:
         ap.error(str(e))  # exit 2
     except OSError as e:

@@ -632,7 +632,8 @@ static bool ggml_cuda_turbo_fa_mma_ok(const ggml_tensor * t) {
 
 // Heads per block of the tensor-core kernel: the largest of 8, 4, 2 that divides the gqa ratio
 // and still gives a full wave (as ggml_cuda_turbo_fa_dec_heads; the mma's 8 columns cost the
-// same for any G, so only the grid decides), else 1; GGML_CUDA_TURBO_FA_GQA=N forces G <= N.
+// same for any G, so only the grid decides), else 1; GGML_CUDA_TURBO_FA_GQA=N forces G <= N (and
+// the whole group for a ratio of 3, 5, 6 or 7 <= N).
 static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const int min_blocks) {
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
@@ -643,8 +644,9 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     // a ratio of 3, 5, 6 or 7 (Qwen2.5: 7 at 0.5B and 7B, 6 at 1.5B, 5 at 14B/32B): the G = 8 kernel takes
     // the whole group (its 8 columns, ratio of them used), so each K/V row is read once, not once per
     // power-of-two part of the group (G = 1 for 7: seven reads; session 14's Qwen2.5-7B shape)
-    if (gqa_ratio < 8 && (gqa_ratio & (gqa_ratio - 1)) != 0 && env == 0 &&
-            (Q->ne[2] / gqa_ratio) * Q->ne[3] * ntiles_KV >= nsm * min_blocks) {
+    // (GGML_CUDA_TURBO_FA_GQA=N >= the ratio takes the whole group whatever the grid)
+    if (gqa_ratio < 8 && (gqa_ratio & (gqa_ratio - 1)) != 0 &&
+            (env >= gqa_ratio || (env == 0 && (Q->ne[2] / gqa_ratio) * Q->ne[3] * ntiles_KV >= nsm * min_blocks))) {
         return 8;
     }
     for (int G = 8; G > 1; G /= 2) {

@@ -605,10 +605,11 @@ static constexpr __host__ __device__ int ggml_cuda_turbo_fa_gqa_max(const int D,
 }
 
 // GGML_CUDA_TURBO_FA_GQA=N (runtime, read once): the largest G <= N that divides the gqa
-// ratio, whatever the grid (1 = upstream's one head per block; 4 = the most the kernel has);
-// for measuring one build with and without the grouping (as upstream's
+// ratio, whatever the grid (1 = upstream's one head per block; 4 = the most the vector kernel
+// has, 8 the tensor-core kernel's, which takes a whole group of 3, 5, 6 or 7 heads when N is at
+// least the ratio); for measuring one build with and without the grouping (as upstream's
 // GGML_CUDA_DISABLE_GRAPHS) and for checking the grouped kernels on small cases. Unset (0
-// here): G by the wave rule below. A value other than 1..4 is reported and not applied.
+// here): G by the wave rule below. A value other than 1..8 is reported and not applied.
 static int ggml_cuda_turbo_fa_gqa_env() {
     static const int n = [] {
         const char * s = getenv("GGML_CUDA_TURBO_FA_GQA");
@@ -617,8 +618,8 @@ static int ggml_cuda_turbo_fa_gqa_env() {
         }
         char * end = nullptr;
         const long v = strtol(s, &end, 10);
-        if (end == s || *end != '\0' || v < 1 || v > 4) {
-            GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_GQA=%s is not one of 1, 2, 3, 4; not applied\n", __func__, s);
+        if (end == s || *end != '\0' || v < 1 || v > 8) {
+            GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_GQA=%s is not an integer from 1 to 8; not applied\n", __func__, s);
             return 0;
         }
         return (int) v;
