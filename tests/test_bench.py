@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tqgguf.bench import spec as bench_spec
 from tqgguf.bench.decode import Decoder, vocab
 from tqgguf.bench.report import CSV_ROOFLINE_FIELDS, CSV_TEST_FIELDS, csv_text, markdown, plot
+from tqgguf.devices import DevicePlacement
 from tqgguf.bench.roofline import BANDWIDTH_FILE, kv_bytes_per_cell, kv_read_bytes, weight_read_bytes, weights_on
 from tqgguf.bench.runner import run_bench
 from tqgguf.bench.spec import (NO_PLAN, BatchedSpec, BenchError, BenchSpec, append_row, configs_of, expand, load_results,
@@ -513,10 +514,23 @@ def test_weight_bytes_per_token_leave_out_the_gathered_embeddings_unless_they_ar
     assert weight_read_bytes(tied) == 1010  # the embedding matrix is the output layer, read whole
 
 
-@pytest.mark.parametrize("ngl,where", [(0, "cpu"), (-1, "gpu"), (31, "gpu"), (99, "gpu"), (30, None), (5, None)])
-def test_the_bandwidth_fraction_needs_every_weight_on_one_device(ngl, where, tmp_path):
-    spec = BenchSpec(model=tmp_path / "m.gguf", tests=[], configs=[], n_gpu_layers=ngl)
-    assert weights_on(spec, 30) == where
+def _placed(*devs):
+    return [DevicePlacement(name, layers, output) for name, layers, output in devs]
+
+
+@pytest.mark.parametrize("placement,where", [
+    (_placed(("CPU", [(0, 29)], True)), "CPU"),
+    (_placed(("CPU", [], False), ("CUDA0", [(0, 29)], True)), "CUDA0"),  # -ngl 99, -ngl all, -ngl 31
+    (_placed(("CPU", [], False), ("CUDA1", [(0, 29)], True)), "CUDA1"),  # -dev CUDA1
+    (_placed(("CPU", [(0, 0)], False), ("CUDA0", [(1, 29)], True)), None),  # -ngl 30: a layer on the CPU
+    (_placed(("CPU", [], True), ("CUDA0", [(0, 29)], False)), None),  # the output layer left on the CPU
+    (_placed(("CPU", [], False), ("CUDA0", [(0, 14)], False), ("CUDA1", [(15, 29)], True)), None),  # -sm layer
+])
+def test_the_bandwidth_fraction_needs_every_weight_on_one_device(placement, where):
+    """From where the engine put the layers (its load log), not from the asked -ngl: the CLI's
+    -ngl lives in the offload plan (-ngl auto, -dev, workers), and the spec's own n_gpu_layers
+    stayed 0, so a run with every layer on an H200 divided by the CPU's copy bandwidth (392 %)."""
+    assert weights_on(placement, 30) == where
 
 
 @pytest.mark.engine

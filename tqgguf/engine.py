@@ -210,17 +210,18 @@ class _InitParams(ctypes.Structure):
 _GGML_F32 = 0
 
 
-def copy_bandwidth(*, gpu: bool, n_threads: int = 1, nbytes: int = 1 << 30, reps: int = 10) -> tuple[float, str]:
+def copy_bandwidth(*, device: str | None = None, n_threads: int = 1, nbytes: int = 1 << 30, reps: int = 10
+                   ) -> tuple[float, str]:
     """Copy bandwidth of the device a model runs on, measured through the engine's own ggml
     backend: a ggml graph of one ``GGML_OP_CPY`` between two f32 tensors of ``nbytes`` each
     (rows of 4 MiB, so the CPU backend splits the rows over its threads; CUDA copies
     device-to-device), computed once untimed and then ``reps`` times, each timed from before
     ``ggml_backend_graph_compute`` to after ``ggml_backend_synchronize``. Returns (bytes/s of
     the fastest repetition, counting each byte read and each byte written: 2 · nbytes / s;
-    the device's description, e.g. "NVIDIA H200" or the CPU's name). ``gpu``: the first GPU
-    device (ggml_backend_dev_by_type GPU, which includes an RPC worker's), else the CPU
-    device with ``n_threads`` threads. Raises EngineError when there is no such device or
-    ggml cannot allocate the tensors.
+    the device's description, e.g. "NVIDIA H200" or the CPU's name). ``device``: a ggml device
+    name as llama.cpp's load log gives it (``ggml_backend_dev_by_name``, e.g. "CUDA0"); None: the
+    CPU device with ``n_threads`` threads. Raises EngineError when there is no such device (the
+    message lists the engine's) or ggml cannot allocate the tensors.
     """
     import time
 
@@ -229,8 +230,14 @@ def copy_bandwidth(*, gpu: bool, n_threads: int = 1, nbytes: int = 1 << 30, reps
     vp, sz = ctypes.c_void_p, ctypes.c_size_t
     lib.ggml_backend_dev_by_type.restype = vp
     lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    lib.ggml_backend_dev_by_name.restype = vp
+    lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_dev_count.restype = sz
+    lib.ggml_backend_dev_get.restype = vp
+    lib.ggml_backend_dev_get.argtypes = [sz]
     for name, res, args in (("ggml_backend_dev_init", vp, [vp, ctypes.c_char_p]),
                             ("ggml_backend_dev_description", ctypes.c_char_p, [vp]),
+                            ("ggml_backend_dev_name", ctypes.c_char_p, [vp]),
                             ("ggml_backend_dev_backend_reg", vp, [vp]),
                             ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
                             ("ggml_tensor_overhead", sz, []), ("ggml_graph_overhead", sz, []),
@@ -244,16 +251,19 @@ def copy_bandwidth(*, gpu: bool, n_threads: int = 1, nbytes: int = 1 << 30, reps
                             ("ggml_backend_free", None, [vp])):
         fn = getattr(base, name)
         fn.restype, fn.argtypes = res, args
-    dev = lib.ggml_backend_dev_by_type(DEV_GPU if gpu else DEV_CPU)
+    dev = lib.ggml_backend_dev_by_type(DEV_CPU) if device is None else lib.ggml_backend_dev_by_name(device.encode())
     if not dev:
-        raise EngineError(f"no {'GPU' if gpu else 'CPU'} device in the engine to measure the copy bandwidth of")
-    desc = (base.ggml_backend_dev_description(dev) or b"").decode() or ("GPU" if gpu else "CPU")
+        names = [(base.ggml_backend_dev_name(lib.ggml_backend_dev_get(i)) or b"").decode()
+                 for i in range(lib.ggml_backend_dev_count())] if device is not None else []
+        raise EngineError(f"no {device or 'CPU'} device in the engine to measure the copy bandwidth of"
+                          + (f"; it has: {', '.join(names)}" if names else ""))
+    desc = (base.ggml_backend_dev_description(dev) or b"").decode() or (device or "CPU")
     backend = base.ggml_backend_dev_init(dev, None)
     if not backend:
         raise EngineError(f"ggml could not start a backend on {desc}")
     ctx = buf = None
     try:
-        if not gpu:
+        if device is None:
             addr = base.ggml_backend_reg_get_proc_address(base.ggml_backend_dev_backend_reg(dev), b"ggml_backend_set_n_threads")
             if addr:
                 ctypes.CFUNCTYPE(None, vp, ctypes.c_int)(addr)(backend, n_threads)

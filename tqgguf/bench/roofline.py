@@ -47,14 +47,20 @@ def weight_read_bytes(tensors: dict[str, int]) -> int:
     return sum(tensors.values()) - (embd if "output.weight" in tensors else 0)
 
 
-def weights_on(spec: BenchSpec, n_layer: int) -> str | None:
-    """Where a decode reads the weights: "cpu" (-ngl 0), "gpu" (-ngl -1 or at least the
-    n_layer repeating layers + the output layer), None when they are split (no one device's
-    bandwidth bounds the decode)."""
-    ngl = spec.n_gpu_layers
-    if ngl == 0:
-        return "cpu"
-    return "gpu" if ngl < 0 or ngl >= n_layer + 1 else None
+def weights_on(placement: list, n_layer: int) -> str | None:
+    """Which one device a decode reads every weight from: "CPU", or the name ggml gives the
+    device (e.g. "CUDA0") when it holds all ``n_layer`` repeating layers and the output layer;
+    None when they are split over devices (no one device's bandwidth bounds the decode).
+    ``placement``: the engine's tqgguf.devices.DevicePlacement per device, as parsed from
+    llama.cpp's load log (the token embeddings stay on the CPU and do not count: a token
+    gathers one row of them). Decided from where the layers went, not from the asked -ngl
+    (which -ngl auto, -dev and the workers resolve)."""
+    holders = [p for p in placement if p.layers or p.output]
+    if not holders or all(p.device == "CPU" for p in holders):
+        return "CPU"
+    if len(holders) == 1 and holders[0].output and sum(b - a + 1 for a, b in holders[0].layers) >= n_layer:
+        return holders[0].device
+    return None
 
 
 #: where :func:`device_bandwidth` keeps the figures it measured, in the results directory
@@ -65,8 +71,8 @@ def device_bandwidth(spec: BenchSpec, device: str, n_threads: int, log: Callable
                      ) -> tuple[float, str]:
     """The bandwidth (bytes/s) the roofline column divides by, and its source for the column
     header: ``spec.bandwidth`` ("given"), else the copy bandwidth tqgguf.engine.copy_bandwidth
-    measures through the engine's ggml backend on ``device`` ("gpu": the first GPU, 1 GiB;
-    "cpu": ``n_threads`` threads, 256 MiB) — measured once per device (and thread count) and
+    measures through the engine's ggml backend on ``device`` (a ggml device name, e.g. "CUDA0":
+    1 GiB; "CPU": ``n_threads`` threads, 256 MiB) — measured once per device (and thread count) and
     kept in ``<out_dir>/bandwidth.json``, so every run in a directory divides by the same
     figure. Raises EngineError when it cannot be measured."""
     if spec.bandwidth:
@@ -78,11 +84,12 @@ def device_bandwidth(spec: BenchSpec, device: str, n_threads: int, log: Callable
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
-    key = "gpu" if device == "gpu" else f"cpu, {n_threads} threads"
+    cpu = device == "CPU"
+    key = f"cpu, {n_threads} threads" if cpu else device
     if not isinstance(known, dict) or not isinstance(known.get(key), dict):
         known = known if isinstance(known, dict) else {}
-        nbytes = 1 << 30 if device == "gpu" else 256 << 20
-        bps, desc = copy_bandwidth(gpu=device == "gpu", n_threads=n_threads, nbytes=nbytes)
+        nbytes = 256 << 20 if cpu else 1 << 30
+        bps, desc = copy_bandwidth(device=None if cpu else device, n_threads=n_threads, nbytes=nbytes)
         known[key] = {"bytes_per_s": bps, "device": desc, "method": f"ggml GGML_OP_CPY of 2 x {nbytes >> 20} MiB "
                       "f32, fastest of 10, bytes read + written", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,14 +99,15 @@ def device_bandwidth(spec: BenchSpec, device: str, n_threads: int, log: Callable
     return float(known[key]["bytes_per_s"]), "measured"
 
 
-def roofline_fields(spec: BenchSpec, t: Test, report, model_facts: dict, avg_ts: float,
+def roofline_fields(t: Test, report, model_facts: dict, avg_ts: float, placement: list,
                     bandwidth: Callable[[str], tuple[float, str] | None] | None) -> dict:
     """The roofline fields of a tg row (none for a pp row): kv_read_bytes and
     weight_read_bytes per token; with the weights on one device, also bandwidth_bytes_per_s,
     bandwidth_source (measured | given) and bandwidth_fraction = (KV + weight bytes per token)
     x t/s / bandwidth. ``model_facts``: {"layers": ModelLayers, "tensors": tensor bytes,
-    "n_swa": the window}; ``bandwidth(device)`` gives (bytes/s, source), or None when it could
-    not be measured (then no fraction)."""
+    "n_swa": the window}; ``placement``: the engine's devices (:func:`weights_on`);
+    ``bandwidth(device)`` gives (bytes/s, source), or None when it could not be measured (then
+    no fraction)."""
     if not t.n_gen:
         return {}
     from ..cachetypes import type_info
@@ -109,7 +117,7 @@ def roofline_fields(spec: BenchSpec, t: Test, report, model_facts: dict, avg_ts:
     kv = kv_read_bytes(per_cell, t.n_depth, t.n_gen, model_facts["n_swa"])
     w = weight_read_bytes(model_facts["tensors"])
     out = {"kv_read_bytes": kv, "weight_read_bytes": w}
-    device = weights_on(spec, layers.n_layer)
+    device = weights_on(placement, layers.n_layer)
     measured = bandwidth(device) if device and bandwidth else None
     if measured:
         bps, source = measured

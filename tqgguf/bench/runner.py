@@ -85,7 +85,7 @@ def _run_test(spec: BenchSpec, engine, t: Test, facts: dict, cache: _DepthState,
             "samples_ns": samples_ns, "samples_ts": ts, "n_decoded": decoded, "n_kv_after": kv_after,
             "k_mib": report.k_mib, "v_mib": report.v_mib, "warmup": spec.warmup, "reps": spec.reps,
             **plan_fields(t.plan, engine),
-            **(roofline_fields(spec, t, report, roofline[0], avg_ts, roofline[1]) if roofline else {})}
+            **(roofline_fields(t, report, roofline[0], avg_ts, engine.placement, roofline[1]) if roofline else {})}
 
 
 def run_bench(spec: BenchSpec, *, on_result: Callable[[dict, bool], None] | None = None,
