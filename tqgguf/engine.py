@@ -210,7 +210,7 @@ class _InitParams(ctypes.Structure):
 _GGML_F32 = 0
 
 
-def copy_bandwidth(*, device: str | None = None, n_threads: int = 1, nbytes: int = 1 << 30, reps: int = 10
+def copy_bandwidth(*, device: str | None = None, n_threads: int = 1, nbytes: int = 256 << 20, reps: int = 10
                    ) -> tuple[float, str]:
     """Copy bandwidth of the device a model runs on, measured through the engine's own ggml
     backend: a ggml graph of one ``GGML_OP_CPY`` between two f32 tensors of ``nbytes`` each

@@ -643,10 +643,11 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     const int64_t nsm       = ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
     // a ratio of 3, 5, 6 or 7 (Qwen2.5: 7 at 0.5B and 7B, 6 at 1.5B, 5 at 14B/32B): the G = 8 kernel takes
     // the whole group (its 8 columns, ratio of them used), so each K/V row is read once, not once per
-    // power-of-two part of the group (G = 1 for 7: seven reads; session 14's Qwen2.5-7B shape)
-    // (GGML_CUDA_TURBO_FA_GQA=N >= the ratio takes the whole group whatever the grid)
-    if (gqa_ratio < 8 && (gqa_ratio & (gqa_ratio - 1)) != 0 &&
-            (env >= gqa_ratio || (env == 0 && (Q->ne[2] / gqa_ratio) * Q->ne[3] * ntiles_KV >= nsm * min_blocks))) {
+    // power-of-two part of the group (G = 1 for 7: seven reads; session 14's Qwen2.5-7B shape). Whatever
+    // the grid: measured on the H200 (session 15, Qwen2.5-7B shape, 4 K/V heads) it beats the wave rule's
+    // G = 1 where the grid is short too (turbo3 tg64 @ d16384 209.74 -> 265.34 t/s, d0 303.97 -> 306.40).
+    // GGML_CUDA_TURBO_FA_GQA=N below the ratio leaves it to the loop below.
+    if (gqa_ratio < 8 && (gqa_ratio & (gqa_ratio - 1)) != 0 && (env == 0 || env >= gqa_ratio)) {
         return 8;
     }
     for (int G = 8; G > 1; G /= 2) {

@@ -1,0 +1,2 @@
+B=/tmp/tqr/build/bin; SHAPE=qwen2.5-7b bash scripts/gpu/roofline.sh model /tmp/q7b.gguf 2>&1 | tail -1
+for kv in turbo3 turbo4; do for g in 0 8; do echo "== $kv GQA=$g"; env $( [ $g = 8 ] && echo GGML_CUDA_TURBO_FA_GQA=8 ) timeout 100 $B/llama-bench -m /tmp/q7b.gguf -ngl 99 -fa 1 -ctk $kv -ctv $kv -p 0 -n 64 -d 0,16384,65536 -r 3 -o md 2>/dev/null | grep -E "tg64" | tee -a $OUT/q7b-whole-group.md; done; done
