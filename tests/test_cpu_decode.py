@@ -148,5 +148,5 @@ def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path
     k_fold, k_back, k_between = _kld(ref, lf), _kld(ref, lb), _kld(lb, lf)
     print(f"\nKLD vs f16: fold {k_fold:.5f}, add-back {k_back:.5f}; between them {k_between:.2e}")
     assert k_between < 0.25 * k_back, (k_between, k_back)
-    assert k_fold < 1.5 * k_back + 1e-3, (k_fold, k_back)
+    assert k_fold < 1.1 * k_back, (k_fold, k_back)  # the mask term less its mean: 0.0502 vs 0.0546 here
     assert (lf.argmax(-1) == lb.argmax(-1)).sum() >= N_DECODE - 1

@@ -164,8 +164,10 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
     }
     st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
     ggml_set_name(st.full_unit, "k_center_full_unit");
+    // with the fold, head_dim more slices: slice 2 + i holds row i of each head's M (llama-kv-center.h)
+    const int64_t n_slices = st.full_fold ? 2 + head_dim : 2;
     for (const auto & [il, bk] : st.full_bias) {
-        st.full_pair[il] = ggml_new_tensor_3d(ctx_of(il), GGML_TYPE_F32, head_dim, n_head, 2);
+        st.full_pair[il] = ggml_new_tensor_3d(ctx_of(il), GGML_TYPE_F32, head_dim, n_head, n_slices);
         ggml_format_name(st.full_pair[il], "k_center_full_pair_l%u", il);
     }
     for (auto & [buft, ctx] : ctxs) {
@@ -186,12 +188,29 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
     ggml_backend_tensor_set(st.full_unit, u.data(), 0, ggml_nbytes(st.full_unit));
     for (const auto & [il, bk] : st.full_bias) {
         const std::vector<float> b = tensor_to_f32(bk);  // [head_dim, n_head]
-        std::vector<float> p(2*n, 0.0f);
+        std::vector<float> p(n_slices*n, 0.0f);
         for (int64_t h = 0; h < n_head; ++h) {
             const float * bh = b.data() + h*head_dim;
             for (int64_t j = 0; j < head_dim; ++j) {
                 p[    h*head_dim + j] = j < n_rot ? bh[first(j)]  : bh[j];
                 p[n + h*head_dim + j] = j < n_rot ? bh[second(j)] : 0.0f;
+            }
+            if (n_slices == 2) {
+                continue;
+            }
+            // M: c = M q, element (k, h) of slice 2 + i = M[i][k]. A pair (f, s): c_f = b_f q_f + b_s q_s,
+            // c_s = b_f q_s - b_s q_f; an unrotated dim j: c_j = b_j q_j
+            auto m = [&](int64_t i, int64_t k) -> float & { return p[(2 + i)*n + h*head_dim + k]; };
+            for (int64_t i = 0; i < head_dim; ++i) {
+                if (i >= n_rot) {
+                    m(i, i) = bh[i];
+                } else if (i == first(i)) {
+                    m(i, i) = bh[i];
+                    m(i, second(i)) = bh[second(i)];
+                } else {
+                    m(i, i) = bh[first(i)];
+                    m(i, first(i)) = -bh[i];
+                }
             }
         }
         ggml_backend_tensor_set(st.full_pair.at(il), p.data(), 0, ggml_nbytes(st.full_pair.at(il)));

@@ -77,7 +77,9 @@ struct llama_k_center_state {
     // every layer, so the graph ropes it once per ubatch over the cells (sin/cos once per cell, not
     // once per cell and layer) and each layer multiplies and adds. Built when every full layer has
     // the same head dim, K/V heads and n_rot (else empty: the graph ropes each layer's bias).
-    std::map<uint32_t, ggml_tensor *>        full_pair; // full: layer id -> F32 [head_dim, n_head_kv, 2]: bA, bB
+    std::map<uint32_t, ggml_tensor *>        full_pair; // full: layer id -> F32 [head_dim, n_head_kv, 2]: bA, bB;
+                                                         // with full_fold [head_dim, n_head_kv, 2 + head_dim]:
+                                                         // slice 2 + i is row i of M (below) per head
     ggml_tensor *                            full_unit = nullptr; // full: F32 [head_dim, n_head_kv, 2]: uA, uB
     // full, decode on the CPU: instead of adding R(pos)·b to every cell of K (a cast of K to F32, the
     // add, the Hadamard rotation of R(pos)·b per cell and layer), attention gets q·R(pos)·b as a
@@ -85,7 +87,11 @@ struct llama_k_center_state {
     // the unrotated q against R(pos)·b), and K stays the cache's. True when full_pair is built,
     // every layer runs on the CPU device with its K cache in host memory (ggml's CPU flash attention
     // reads a mask per head; the GPU kernels read one row for all heads) and LLAMA_K_CENTER_FOLD is
-    // not 0; the graph uses it for ubatches of <= 4 tokens.
+    // not 0; the graph uses it for ubatches of <= 4 tokens. The term per cell is c · R(pos)·uA with
+    // c = M q per head: R(pos)·uA holds (cos, sin) of each pair's angle (1 on unrotated dims), and
+    // q·R(pos)·b = Σ_pairs cos·(q_f b_f + q_s b_s) + sin·(q_s b_f - q_f b_s) + Σ_unrotated q_j b_j,
+    // so M has b_f, b_s in row f and b_f, -b_s in row s: one head_dim-long contraction per cell
+    // instead of 2·head_dim over [R·uA ; R·uB], and half the table.
     bool                                     full_fold = false;
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
