@@ -11,6 +11,9 @@
 #                                            llama-batched-bench (+ copy-bandwidth), ~6 min on 16 cores;
 #                                            OVERLAY_CUDA=1 copies native/ggml/src/ggml-cuda/ over the
 #                                            packed tree first (a CUDA-only edit without re-packing)
+#   scripts/gpu/roofline.sh relink           link the same objects again with LINK_FLAGS / LIBSTDCXX=shared
+#                                            (the system's libstdc++.so.6 instead of a static copy per
+#                                            library) and report what each library needs and exports
 #   scripts/gpu/roofline.sh check            test-backend-ops -b CUDA0, turbo cases of FLASH_ATTN_EXT,
 #                                            SET_ROWS, GET_ROWS; FLASH_ATTN_EXT once per value in DECS
 #                                            (env, default "1 2 3 2:4 0": each variant; 2 with every GQA case
@@ -47,6 +50,28 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$W" "$OUT"
 BIN=$W/build/bin
 
+# the linker flags of every library and program: LINK_FLAGS, and with LIBSTDCXX=shared a directory
+# holding only a libstdc++.so link to the system's libstdc++.so.6, searched before the compiler's
+# own (the GPU image's /opt/gcc has only the static archive, so each library carries and exports a
+# private copy: docs/CUDA.md, load order)
+link_flags() {
+    local f=${LINK_FLAGS:-} so
+    if [ "${LIBSTDCXX:-}" = shared ]; then
+        so=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+        [ -n "$so" ] || { echo "LIBSTDCXX=shared: no libstdc++.so.6 in ldconfig -p" >&2; exit 1; }
+        mkdir -p "$W/shim" && ln -sf "$so" "$W/shim/libstdc++.so"
+        f="$f -L$W/shim"
+    fi
+    echo "$f"
+}
+# per library of the build: does it need libstdc++.so.6, and how many std:: definitions it exports
+libstdcxx_report() {
+    for so in "$BIN"/lib*.so; do
+        echo "$(basename "$so"): NEEDED libstdc++ $(readelf -d "$so" | grep -c 'libstdc++'), exported std:: definitions" \
+             "$(nm -D --defined-only -C "$so" 2>/dev/null | grep ' [TDBR] ' | grep -c 'std::')"
+    done
+}
+
 # a fresh machine (the previous one was handed back) has no build: make it first when the tree came along
 built() {
     [ -x "$BIN/test-backend-ops" ] && return 0
@@ -78,9 +103,11 @@ build)
     if command -v ccache > /dev/null; then CC_LAUNCH=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache); fi
     GEN=(); if command -v ninja > /dev/null; then GEN=(-G Ninja); fi
     start=$(date +%s)
+    LF=$(link_flags)
     cmake -S "$W/llama.cpp" -B "$W/build" "${GEN[@]}" "${CC_LAUNCH[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
         -DGGML_CUDA=ON -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=ON \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=${SERVER:-OFF} -DCMAKE_SHARED_LINKER_FLAGS=${LINK_FLAGS:-} -DCMAKE_MODULE_LINKER_FLAGS=${LINK_FLAGS:-} -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=${SERVER:-OFF} "-DCMAKE_SHARED_LINKER_FLAGS=$LF" "-DCMAKE_MODULE_LINKER_FLAGS=$LF" \
+        "-DCMAKE_EXE_LINKER_FLAGS=$LF" -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \
         > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
     grep -E "tqgguf|CUDA Toolkit|ccache" "$OUT/configure.log" || true
@@ -88,6 +115,19 @@ build)
         || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
     nvcc -O2 -o "$BIN/copy-bandwidth" scripts/gpu/copy_bandwidth.cu >> "$OUT/build.log" 2>&1 || echo "copy-bandwidth not built"
     echo "built in $(( $(date +%s) - start )) s"; ls -la "$BIN" | grep -E "test-backend-ops|llama-bench|llama-batched-bench|copy-bandwidth"
+    ;;
+relink)
+    # the same objects linked again with this call's LINK_FLAGS / LIBSTDCXX (a link-flag change
+    # recompiles nothing), then what each library needs and exports
+    built
+    LF=$(link_flags)
+    cmake -B "$W/build" "-DCMAKE_SHARED_LINKER_FLAGS=$LF" "-DCMAKE_MODULE_LINKER_FLAGS=$LF" "-DCMAKE_EXE_LINKER_FLAGS=$LF" \
+        > "$OUT/relink-configure.log" 2>&1 || { tail -20 "$OUT/relink-configure.log"; exit 1; }
+    start=$(date +%s)
+    cmake --build "$W/build" -j "$(nproc)" --target test-backend-ops llama-bench llama-batched-bench ${EXTRA_TARGETS:-} \
+        > "$OUT/relink.log" 2>&1 || { grep -E "error|undefined" "$OUT/relink.log" | head -20; exit 1; }
+    echo "relinked with [$LF] in $(( $(date +%s) - start )) s"
+    libstdcxx_report | tee "$OUT/relink-libstdcxx.txt"
     ;;
 check)
     built
