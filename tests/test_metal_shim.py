@@ -431,7 +431,7 @@ def test_supports_op_accepts_exactly_the_instantiated_fa_kernels(tmp_path, requi
     fa_turbo.metal and fa_vec_turbo.metal define a kernel for it, over every ggml type as K
     and V, head dims 32..256 (also Q's differing) and with/without bfloat, and
     ggml_metal_turbo_fa_kv_name builds the name those kernels have."""
-    from tqgguf.cachetypes import all_types
+    from tqgguf.cachetypes import all_types, engine_library
     metal = patched_metal_dir()
     (tmp_path / "host.c").write_text(
         '#include "ggml.h"\n#include "ggml-metal-turbo.h"\n#include <string.h>\n'
@@ -448,11 +448,15 @@ def test_supports_op_accepts_exactly_the_instantiated_fa_kernels(tmp_path, requi
         "    return ggml_metal_turbo_fa_kv_name(&op, buf, (size_t) n);\n}\n")
     cc = shutil.which("cc") or shutil.which("gcc")
     so = tmp_path / "host.so"
+    # ggml_type_name comes from the engine's libggml-base, linked in by path (tqgguf loads the engine's
+    # libraries RTLD_LOCAL: their symbols are not there for a later dlopen to bind to)
+    base = engine_library("ggml-base")
     r = subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{metal}",
-                        f"-I{metal.parents[1] / 'include'}", str(tmp_path / "host.c"), "-o", str(so)],
+                        f"-I{metal.parents[1] / 'include'}", str(tmp_path / "host.c"), str(base),
+                        f"-Wl,-rpath,{base.parent}", "-o", str(so)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    host = ctypes.CDLL(str(so))  # ggml_type_name comes from libggml-base, loaded RTLD_GLOBAL by require_engine
+    host = ctypes.CDLL(str(so))
     host.tq_name.restype = ctypes.c_char_p
     types = {name: ti.id for name, ti in all_types().items()}
     turbo = {n for n in types if n.startswith("turbo")}
