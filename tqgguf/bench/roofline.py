@@ -72,14 +72,13 @@ def device_bandwidth(spec: BenchSpec, device: str, n_threads: int, log: Callable
     """The bandwidth (bytes/s) the roofline column divides by, and its source for the column
     header: ``spec.bandwidth`` ("given"), else the copy bandwidth tqgguf.engine.copy_bandwidth
     measures through the engine's ggml backend on ``device`` (a ggml device name, e.g. "CUDA0",
-    or "CPU" with ``n_threads`` threads; 2 x 256 MiB: on the H200 ggml's copy of 256 MiB reached
-    3913 GB/s, of 1 GiB and 4 GiB 2668 and 2703, a plain copy kernel 4253, docs/SHAPES.md) —
-    measured once per device (and thread count) and
+    or "CPU" with ``n_threads`` threads; 2 x tqgguf.engine.COPY_BYTES) — measured once per device
+    (and thread count) and
     kept in ``<out_dir>/bandwidth.json``, so every run in a directory divides by the same
     figure. Raises EngineError when it cannot be measured."""
     if spec.bandwidth:
         return spec.bandwidth, "given"
-    from ..engine import copy_bandwidth
+    from ..engine import COPY_BYTES, copy_bandwidth
 
     path = spec.out_dir / BANDWIDTH_FILE
     try:
@@ -90,7 +89,7 @@ def device_bandwidth(spec: BenchSpec, device: str, n_threads: int, log: Callable
     key = f"cpu, {n_threads} threads" if cpu else device
     if not isinstance(known, dict) or not isinstance(known.get(key), dict):
         known = known if isinstance(known, dict) else {}
-        nbytes = 256 << 20
+        nbytes = COPY_BYTES
         bps, desc = copy_bandwidth(device=None if cpu else device, n_threads=n_threads, nbytes=nbytes)
         known[key] = {"bytes_per_s": bps, "device": desc, "method": f"ggml GGML_OP_CPY of 2 x {nbytes >> 20} MiB "
                       "f32, fastest of 10, bytes read + written", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
