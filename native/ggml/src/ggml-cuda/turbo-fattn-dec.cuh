@@ -705,9 +705,9 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                 if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 } else if (var == 10 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else if (var == 9 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 } else if (var == 8 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
