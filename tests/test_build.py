@@ -261,3 +261,44 @@ def test_the_cuda_engine_keeps_the_link_flags_ggml_rpc_needs(tmp_path):
     assert "CMAKE_SHARED_LINKER_FLAGS" not in cuda and "CMAKE_SHARED_LINKER_FLAGS" not in cpu
     assert _exported_libstdcxx(tmp_path, "") > 100
     assert _exported_libstdcxx(tmp_path, "-Wl,--exclude-libs,ALL") == 0
+
+
+def _static_only_compiler(tmp_path) -> Path:
+    """A C++ compiler as the GPU image's /opt/gcc is: the system's g++ in every answer, except that it
+    has no libstdc++.so (``-print-file-name=libstdc++.so`` finds nothing, as GCC answers for a file
+    it does not have: the bare name)."""
+    real = shutil.which("g++")
+    if real is None or subprocess.run([real, "-print-file-name=libstdc++.a"], capture_output=True,
+                                      text=True).stdout.strip() == "libstdc++.a":
+        pytest.skip("needs g++ with libstdc++.a")
+    cxx = tmp_path / "bin" / "g++-static-only"
+    cxx.parent.mkdir(parents=True, exist_ok=True)
+    cxx.write_text(f'#!/bin/sh\n[ "$1" = "-print-file-name=libstdc++.so" ] && {{ echo libstdc++.so; exit 0; }}\n'
+                   f'exec {real} "$@"\n')
+    cxx.chmod(0o755)
+    return cxx
+
+
+def test_a_compiler_with_only_a_static_libstdcxx_is_refused_before_anything_is_fetched(tmp_path):
+    """Linked by such a compiler, each engine library exports a private libstdc++, and torch / numpy /
+    matplotlib in the same process crash (docs/CUDA.md, load order; the H200 run of session 16
+    with the distribution's g++ has none of those crashes)."""
+    cxx = _static_only_compiler(tmp_path)
+    env = dict(os.environ, TQGGUF_CACHE=str(tmp_path / "cache"), CXX=str(cxx))
+    env.pop(driver.STATIC_LIBSTDCXX_ENV, None)
+    out = subprocess.run([sys.executable, "-m", "tqgguf", "build"], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "only a static libstdc++" in out.stderr and str(cxx) in out.stderr and "CXX=/usr/bin/g++" in out.stderr
+    assert not (tmp_path / "cache" / "src").exists() and not (tmp_path / "cache" / "sdist").exists()
+
+
+def test_the_static_libstdcxx_check_names_the_cuda_host_compiler_and_can_be_waived(tmp_path):
+    cxx = _static_only_compiler(tmp_path)
+    good = shutil.which("g++")
+    env = {"PATH": os.environ["PATH"], "CXX": good, "CUDAHOSTCXX": str(cxx)}
+    assert driver.static_libstdcxx("cpu", env) is None          # the CPU engine never runs nvcc's host compiler
+    msg = driver.static_libstdcxx("cuda", env)
+    assert msg is not None and "(CUDAHOSTCXX)" in msg and "CUDAHOSTCXX=/usr/bin/g++" in msg
+    assert driver.static_libstdcxx("cpu", {**env, "CXX": f"ccache {cxx}"}) is not None  # a launcher is looked through
+    assert driver.static_libstdcxx("cuda", {**env, driver.STATIC_LIBSTDCXX_ENV: "1"}) is None
+    assert driver.static_libstdcxx("metal", {**env, "CXX": str(cxx)}) is None

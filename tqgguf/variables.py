@@ -72,6 +72,8 @@ VARIABLES: dict[str, str] = {
                       "is unset",
     "TQGGUF_CACHE": "root of tqgguf's caches: sdist, build trees, models (default ~/.cache/tqgguf)",
     "TQGGUF_SDIST": "path of a local copy of the pinned llama-cpp-python sdist (tqgguf build)",
+    "TQGGUF_STATIC_LIBSTDCXX": "1: tqgguf build with a C++ compiler that has only a static libstdc++ (refused "
+                               "otherwise: torch or numpy in the same process as such an engine crash)",
     "TQGGUF_REQUIRE_ENGINE": "tests: 1 makes a missing engine a failure instead of a skip",
 }
 

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,10 +86,10 @@ class BuildConfig:
         if self.backend == "cuda":
             d["GGML_CUDA"] = "ON"
             d["CMAKE_CUDA_ARCHITECTURES"] = self.cuda_arch or "native"
-            # not -Wl,--exclude-libs,ALL: it keeps the GPU image's static libstdc++ local to each
-            # library (the matplotlib/pybind11 import crash after the engine, docs/CUDA.md "load
-            # order"), but measured on the H200 it also breaks ggml RPC (SIGSEGV in libllama when the
-            # RPC device registers, llama.cpp's own llama-bench --rpc too); without it RPC works
+            # not -Wl,--exclude-libs,ALL: it keeps a static libstdc++ local to each library, but
+            # measured on the H200 it also breaks ggml RPC (SIGSEGV in libllama when the RPC device
+            # registers); a compiler with only a static libstdc++ is refused instead
+            # (static_libstdcxx, docs/CUDA.md "load order")
         elif self.backend == "metal":
             # the Metal source (with our turbo kernels, inlined by ggml-metal/turbo-embed.cmake)
             # goes into the library and is compiled at run time: no default.metallib to ship
@@ -284,6 +285,64 @@ def missing_toolchain(backend: str, environ: dict | None = None,
     return None
 
 
+#: Set to 1 to build with a C++ compiler that has only a static libstdc++ (see static_libstdcxx;
+#: described in tqgguf.variables).
+STATIC_LIBSTDCXX_ENV = "TQGGUF_STATIC_LIBSTDCXX"
+
+
+def _cxx_compilers(backend: str, env: dict) -> list[list[str]]:
+    """The C++ compilers CMake will link the engine's libraries with, as argument lists: ``CXX``
+    (else ``c++``, else ``g++`` on PATH: the first names of CMake's own search), and for CUDA also
+    ``CUDAHOSTCXX`` (nvcc's host compiler) when set. A launcher in CXX (``ccache g++``) is skipped."""
+    out = []
+    cxx = env.get("CXX") or shutil.which("c++", path=env.get("PATH")) or shutil.which("g++", path=env.get("PATH"))
+    for c in (cxx, env.get("CUDAHOSTCXX") if backend == "cuda" else None):
+        if c:
+            args = shlex.split(c)
+            if len(args) > 1 and Path(args[0]).name in ("ccache", "sccache"):
+                args = args[1:]
+            if args not in out:
+                out.append(args)
+    return out
+
+
+def static_libstdcxx(backend: str, environ: dict | None = None) -> str | None:
+    """Why this machine's C++ compiler must not link the engine, or None.
+
+    A GCC that ships only ``libstdc++.a`` (``-print-file-name=libstdc++.so`` finds nothing where
+    ``libstdc++.a`` is found) links a private copy of libstdc++ into every engine library, and GNU ld
+    exports it: a process that loads the engine and another C++ extension (torch, numpy, matplotlib's
+    ft2font) then holds two libstdc++ and crashes (measured on an H200 image whose /opt/gcc had only
+    the archive; the same tree linked against the distribution's g++ runs torch, numpy and matplotlib
+    in either order: docs/CUDA.md, "load order"). Checked for ``CXX`` (and ``CUDAHOSTCXX`` for
+    ``backend`` cuda; see :func:`_cxx_compilers`); ``TQGGUF_STATIC_LIBSTDCXX=1`` in ``environ``
+    (default ``os.environ``) skips it. A compiler that cannot be run is left to CMake's own error.
+    """
+    env = os.environ if environ is None else environ
+    if backend == "metal" or env.get(STATIC_LIBSTDCXX_ENV) == "1":
+        return None
+    for args in _cxx_compilers(backend, env):
+        def where(name: str) -> str | None:
+            try:
+                r = subprocess.run([*args, f"-print-file-name={name}"], capture_output=True, text=True,
+                                   timeout=30, env=env)
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            found = r.stdout.strip()
+            return found if r.returncode == 0 and os.path.isabs(found) and os.path.exists(found) else None
+        if where("libstdc++.a") and not where("libstdc++.so"):
+            which = "CUDAHOSTCXX" if backend == "cuda" and env.get("CUDAHOSTCXX") and args == shlex.split(env["CUDAHOSTCXX"]) \
+                else "CXX"
+            return (f"the C++ compiler {' '.join(args)} ({which}) has only a static libstdc++ (libstdc++.a, no "
+                    f"libstdc++.so): every engine library would carry and export its own copy, and torch, numpy or "
+                    f"matplotlib in the same process would then crash. Point CC/CXX"
+                    f"{'/CUDAHOSTCXX' if backend == 'cuda' else ''} at a compiler with a shared libstdc++ (your "
+                    f"distribution's gcc/g++, e.g. CC=/usr/bin/gcc CXX=/usr/bin/g++"
+                    f"{' CUDAHOSTCXX=/usr/bin/g++' if backend == 'cuda' else ''}), or set {STATIC_LIBSTDCXX_ENV}=1 "
+                    f"to build with it anyway")
+    return None
+
+
 def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] = print,
           progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
     """Build and install the patched llama-cpp-python wheel (and tools if asked).
@@ -317,6 +376,8 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
 
     if (missing := missing_toolchain(cfg.backend, cuda_arch=cfg.cuda_arch)) is not None:
         raise RuntimeError(missing)
+    if (static := static_libstdcxx(cfg.backend)) is not None:
+        raise RuntimeError(static)
     log_path.write_text("")
     if shutil.which("ccache") is None:
         log("warning: ccache not found; rebuilds will recompile everything (apt-get install ccache)")

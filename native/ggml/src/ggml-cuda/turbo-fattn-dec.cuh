@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4..10 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..8 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -51,7 +51,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
     return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
 }
 
-// Variants (GGML_CUDA_TURBO_FA_DEC=1..10, one build measures all; docs/CUDA.md "session 11", "session 12"):
+// Variants (GGML_CUDA_TURBO_FA_DEC=1..8, one build measures all; docs/CUDA.md "session 11", "session 12"):
 //   1: K and V rows read straight from global memory by the lanes that decode them (2-byte loads:
 //      a turbo4 block's indices start at byte 2), the next tile's loads only after this tile's math.
 //   2: staged: each warp copies its 32 K and 32 V rows of the NEXT tile into shared memory with
@@ -71,10 +71,10 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //   8: 7 with the K words and mask values of a warp's next tile loaded while it computes this one
 //      (register double-buffering: K.Q never waits on DRAM); turbo4 K and V (other pairs run 4);
 //      measured: 25.4 us, the default.
-//   9: 8 at 3 resident blocks per SM (<= 168 registers: 24 bytes spilled, nvcc 13.5) and
-//  10: 8 at 4 (<= 128 registers: 276 bytes spilled): 8's loads a tile ahead with 12 or 16 warps per
-//      SM instead of 8 (session 13 found both levers, occupancy and loads ahead, worth ~10 % each).
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 10;
+//   (8 at 3 or 4 resident blocks per SM, <= 168 / 128 registers, was measured in session 16 and is
+//   slower: 30.99 / 30.90 us against 25.37; Nsight Compute: the spills add long-scoreboard stalls, and
+//   the ALU pipe (the codebook's PRMT/LOP3) is what bounds variant 8, docs/CUDA.md "Session 16")
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 8;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -571,10 +571,8 @@ static int ggml_cuda_turbo_fa_dec_env() {
         if (s == nullptr || *s == '\0') {
             return GGML_CUDA_TURBO_FA_DEC_DEFAULT;
         }
-        char * end = nullptr;
-        const long v = strtol(s, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= ggml_cuda_turbo_fa_dec_nvariants) {
-            return (int) v;
+        if (s[0] >= '0' && s[0] <= '0' + ggml_cuda_turbo_fa_dec_nvariants && s[1] == '\0') {
+            return s[0] - '0';
         }
         GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_DEC=%s is not one of 0..%d; not applied (using %d)\n", __func__, s,
             ggml_cuda_turbo_fa_dec_nvariants, GGML_CUDA_TURBO_FA_DEC_DEFAULT);
@@ -704,15 +702,11 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var == 10 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                } else if (var == 9 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 } else if (var == 8 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                } else if (var == 6 || var >= 8) {  // 8..10 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                } else if (var == 6 || var == 8) {  // 8 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
