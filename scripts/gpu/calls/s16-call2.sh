@@ -4,7 +4,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 ROOT=$PWD B=/tmp/tqr/build/bin
 [ -x $B/llama-bench ] || { CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ EXTRA_TARGETS=ggml-rpc-server bash scripts/gpu/roofline.sh build 2>&1 | tail -2; bash scripts/gpu/roofline.sh model /tmp/m8b.gguf | tail -1; SHAPE=llama-3.2-1b bash scripts/gpu/roofline.sh model /tmp/l1b.gguf | tail -1; }
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
-for kv in turbo4:8; do  # ran with turbo4:9 too (variant 9, removed after this run) t=${kv%:*} d=${kv#*:}
+# ran with turbo4:9 too (variant 9, removed after this run)
+for kv in turbo4:8; do t=${kv%:*} d=${kv#*:}
   F="hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=$t,type_V=$t,"
   GGML_CUDA_TURBO_FA_DEC=$d timeout 100 ncu --clock-control none -k regex:flash_attn_ext --launch-skip 3 --launch-count 1 $S --print-details all $B/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "$F" > $OUT/ncu-$t-dec$d.txt 2>&1 || echo "ncu sections $kv rc $?"
   GGML_CUDA_TURBO_FA_DEC=$d timeout 100 ncu --clock-control none -k regex:flash_attn_ext --launch-skip 3 --launch-count 1 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum' $B/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "$F" > $OUT/ncu-stalls-$t-dec$d.txt 2>&1 || echo "ncu metrics $kv rc $?"
