@@ -290,20 +290,35 @@ def missing_toolchain(backend: str, environ: dict | None = None,
 STATIC_LIBSTDCXX_ENV = "TQGGUF_STATIC_LIBSTDCXX"
 
 
-def _cxx_compilers(backend: str, env: dict) -> list[list[str]]:
-    """The C++ compilers CMake will link the engine's libraries with, as argument lists: ``CXX``
-    (else ``c++``, else ``g++`` on PATH: the first names of CMake's own search), and for CUDA also
-    ``CUDAHOSTCXX`` (nvcc's host compiler) when set. A launcher in CXX (``ccache g++``) is skipped."""
-    out = []
-    cxx = env.get("CXX") or shutil.which("c++", path=env.get("PATH")) or shutil.which("g++", path=env.get("PATH"))
-    for c in (cxx, env.get("CUDAHOSTCXX") if backend == "cuda" else None):
+def _cxx_compilers(backend: str, env: dict) -> list[tuple[str, list[str]]]:
+    """The C++ compilers CMake will link the engine's libraries with, each as (where it came from,
+    argument list): ``CXX`` (else ``c++``, else ``g++`` on PATH: the first names of CMake's own
+    search), and for CUDA also ``CUDAHOSTCXX`` (nvcc's host compiler) when set. A launcher in front
+    (``ccache g++``) is skipped; a compiler named twice is listed once."""
+    path = env.get("PATH")
+    found = [("CXX", env.get("CXX")), ("c++ on PATH", shutil.which("c++", path=path)),
+             ("g++ on PATH", shutil.which("g++", path=path))]
+    cxx = next(((src, c) for src, c in found if c), None)
+    out: list[tuple[str, list[str]]] = []
+    for src, c in (cxx, ("CUDAHOSTCXX", env.get("CUDAHOSTCXX") if backend == "cuda" else None)):
         if c:
             args = shlex.split(c)
             if len(args) > 1 and Path(args[0]).name in ("ccache", "sccache"):
                 args = args[1:]
-            if args not in out:
-                out.append(args)
+            if all(args != known for _, known in out):
+                out.append((src, args))
     return out
+
+
+def _compiler_file(args: list[str], name: str, env: dict) -> str | None:
+    """The path of library file ``name`` the compiler ``args`` links (``-print-file-name``), or None
+    when it has none (GCC then prints the bare name) or cannot be run."""
+    try:
+        r = subprocess.run([*args, f"-print-file-name={name}"], capture_output=True, text=True, timeout=30, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = r.stdout.strip()
+    return found if r.returncode == 0 and os.path.isabs(found) and os.path.exists(found) else None
 
 
 def static_libstdcxx(backend: str, environ: dict | None = None) -> str | None:
@@ -321,19 +336,9 @@ def static_libstdcxx(backend: str, environ: dict | None = None) -> str | None:
     env = os.environ if environ is None else environ
     if backend == "metal" or env.get(STATIC_LIBSTDCXX_ENV) == "1":
         return None
-    for args in _cxx_compilers(backend, env):
-        def where(name: str) -> str | None:
-            try:
-                r = subprocess.run([*args, f"-print-file-name={name}"], capture_output=True, text=True,
-                                   timeout=30, env=env)
-            except (OSError, subprocess.TimeoutExpired):
-                return None
-            found = r.stdout.strip()
-            return found if r.returncode == 0 and os.path.isabs(found) and os.path.exists(found) else None
-        if where("libstdc++.a") and not where("libstdc++.so"):
-            which = "CUDAHOSTCXX" if backend == "cuda" and env.get("CUDAHOSTCXX") and args == shlex.split(env["CUDAHOSTCXX"]) \
-                else "CXX"
-            return (f"the C++ compiler {' '.join(args)} ({which}) has only a static libstdc++ (libstdc++.a, no "
+    for src, args in _cxx_compilers(backend, env):
+        if _compiler_file(args, "libstdc++.a", env) and not _compiler_file(args, "libstdc++.so", env):
+            return (f"the C++ compiler {' '.join(args)} ({src}) has only a static libstdc++ (libstdc++.a, no "
                     f"libstdc++.so): every engine library would carry and export its own copy, and torch, numpy or "
                     f"matplotlib in the same process would then crash. Point CC/CXX"
                     f"{'/CUDAHOSTCXX' if backend == 'cuda' else ''} at a compiler with a shared libstdc++ (your "
