@@ -92,6 +92,11 @@ static inline half2 operator*(const half2 a, const half2 b) {  // one rounding, 
              { turbo_host_f2h(turbo_host_h2f(a.y.bits) * turbo_host_h2f(b.y.bits)) } };
 }
 
+static inline half2 __hsub2(const half2 a, const half2 b) {  // one rounding per half
+    return { { turbo_host_f2h(turbo_host_h2f(a.x.bits) - turbo_host_h2f(b.x.bits)) },
+             { turbo_host_f2h(turbo_host_h2f(a.y.bits) - turbo_host_h2f(b.y.bits)) } };
+}
+
 static inline uint32_t __byte_perm(const uint32_t x, const uint32_t y, const uint32_t s) {
     const uint64_t b = (uint64_t) x | ((uint64_t) y << 32);
     uint32_t r = 0;

@@ -74,7 +74,12 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //   (8 at 3 or 4 resident blocks per SM, <= 168 / 128 registers, was measured in session 16 and is
 //   slower: 30.99 / 30.90 us against 25.37; Nsight Compute: the spills add long-scoreboard stalls, and
 //   the ALU pipe (the codebook's PRMT/LOP3) is what bounds variant 8, docs/CUDA.md "Session 16")
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 8;
+//   9: 8 with V's centroids as int8 (v_i8 in turbo-fattn-mma.cuh: one lookup per 4 V values instead
+//      of two byte planes); turbo4 K and V (other pairs: 11).
+//  10: 9 at 3 resident blocks per SM (168 registers, no spill at sm_90: v_i8 frees what 8 spilled);
+//      turbo4 K and V (other pairs: 11).
+//  11: 6 (no early V, no next-tile K, 4 blocks per SM) with v_i8: 128 registers; every turbo pair.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 11;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -564,15 +569,17 @@ static __global__ void flash_attn_ext_turbo_dec(
 #include "turbo-fattn-mma.cuh"
 
 #ifndef GGML_CUDA_TURBO_HOST_CHECK
-// 0: the vector kernel; 1..ggml_cuda_turbo_fa_dec_nvariants: this kernel's variant
+// 0: the vector kernel; 1..ggml_cuda_turbo_fa_dec_nvariants: this kernel's variant (a decimal number)
 static int ggml_cuda_turbo_fa_dec_env() {
     static const int var = [] {
         const char * s = getenv("GGML_CUDA_TURBO_FA_DEC");
         if (s == nullptr || *s == '\0') {
             return GGML_CUDA_TURBO_FA_DEC_DEFAULT;
         }
-        if (s[0] >= '0' && s[0] <= '0' + ggml_cuda_turbo_fa_dec_nvariants && s[1] == '\0') {
-            return s[0] - '0';
+        char * end = nullptr;
+        const long v = strtol(s, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= ggml_cuda_turbo_fa_dec_nvariants) {
+            return (int) v;
         }
         GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_DEC=%s is not one of 0..%d; not applied (using %d)\n", __func__, s,
             ggml_cuda_turbo_fa_dec_nvariants, GGML_CUDA_TURBO_FA_DEC_DEFAULT);
@@ -664,15 +671,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     return 1;
 }
 
-template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false>
+template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false, bool v_i8 = false>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -702,10 +709,22 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                } else if (var >= 9 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
+                    if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {  // (instantiated for this pair only)
+                        if (var == 9) {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                        } else if (var == 10) {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                        } else {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                        }
+                    }
                 } else if (var == 8 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                } else if (var >= 9) {  // the other pairs: 6 with int8 V
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else if (var == 6 || var == 8) {  // 8 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {

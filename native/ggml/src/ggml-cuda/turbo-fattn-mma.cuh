@@ -218,7 +218,17 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // NEXT tile are loaded at the top of this tile, so K.Q never waits on DRAM and V's wait overlaps K.Q:
 // a tile's loads are in flight during a whole tile of math (register double-buffering; 32 + 2
 // registers more than early_v alone).
-template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false>
+// v_i8 (variants 9..11): V's centroids as int8 (the K table's values,
+// q = round(c 127 / max|c|), stored + 128) instead of fp16 byte planes: one 16-entry lookup per 4
+// values instead of two, and the byte becomes an fp16 A value by a PRMT with 0x64 (the fp16 bits
+// 0x64xx are 1024 + xx exactly) and one HSUB2 of 1152 (exact: q is an integer < 128); O is scaled
+// by the table's step once at the end. The profile of session 16 found the kernel bound by its ALU
+// work (the PRMT/LOP3 of the lookups): per 4 turbo4 V values 7.5 ALU instructions instead of 10.5
+// (the HSUB2 go to the FMA pipe); turbo3 and turbo2 V (each row looked up alone): 4 per 4 values
+// instead of 6. The V centroids then carry K's int8 precision (error <= step/2 =
+// max|c|/254, against turbo4's cells of ~0.26 sigma).
+template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
+          bool v_i8 = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -346,11 +356,15 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
     }
 
-    uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes
+    uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes (v_i8: int8 + 128 in tVlo)
     ggml_cuda_turbo_fa_mma_table<type_K, 0>(tK, ne00);
-    ggml_cuda_turbo_fa_mma_table<type_V, 1>(tVlo, ne00);
-    ggml_cuda_turbo_fa_mma_table<type_V, 2>(tVhi, ne00);
+    ggml_cuda_turbo_fa_mma_table<type_V, v_i8 ? 3 : 1>(tVlo, ne00);
+    if constexpr (!v_i8) {
+        ggml_cuda_turbo_fa_mma_table<type_V, 2>(tVhi, ne00);
+    }
     const uint32_t m4 = ggml_cuda_turbo_fa_mma_opaque(0x4444, ne00);
+    const uint32_t x64 = ggml_cuda_turbo_fa_mma_opaque(0x64646464, ne00);  // v_i8: the high byte of fp16 1024 + xx
+    GGML_UNUSED(x64);
 
     // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
     // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
@@ -609,12 +623,31 @@ static __global__ void flash_attn_ext_turbo_mma(
                         uint32_t Av[4];
 #pragma unroll
                         for (int rp = 0; rp < 2; ++rp) {
-                            if constexpr (V4) {
+                            if constexpr (v_i8 && V4) {
+                                const uint32_t sl = pw[rp][m][s] >> (16*kp);
+                                const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
+                                const uint32_t a0 = __byte_perm(b, x64, 0x4140);  // fp16 1152 + q of (row 2t, row 2t+1), element e
+                                const uint32_t a1 = __byte_perm(b, x64, 0x4342);  // of element e + 1
+                                const half2 h0 = __hsub2(*((const half2 *) &a0), make_half2(1152.0f, 1152.0f));
+                                const half2 h1 = __hsub2(*((const half2 *) &a1), make_half2(1152.0f, 1152.0f));
+                                Av[2*rp + 0] = *((const uint32_t *) &h0);
+                                Av[2*rp + 1] = *((const uint32_t *) &h1);
+                            } else if constexpr (V4) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);
                                 const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVhi, m4);
                                 Av[2*rp + 0] = __byte_perm(lo, hi, 0x5140);  // (row 2t, row 2t+1) of element e
                                 Av[2*rp + 1] = __byte_perm(lo, hi, 0x7362);  // of element e + 1
+                            } else if constexpr (v_i8) {  // each row's 4 elements as q + 128, paired across the rows, then as fp16
+                                const uint32_t b0 = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][0][m][s], tVlo, m4);
+                                const uint32_t b1 = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][1][m][s], tVlo, m4);
+                                const uint32_t b  = __byte_perm(b0, b1, kp ? 0x7362 : 0x5140);  // (row 2t, 2t+1) of e, of e + 1
+                                const uint32_t a0 = __byte_perm(b, x64, 0x4140);
+                                const uint32_t a1 = __byte_perm(b, x64, 0x4342);
+                                const half2 h0 = __hsub2(*((const half2 *) &a0), make_half2(1152.0f, 1152.0f));
+                                const half2 h1 = __hsub2(*((const half2 *) &a1), make_half2(1152.0f, 1152.0f));
+                                Av[2*rp + 0] = *((const uint32_t *) &h0);
+                                Av[2*rp + 1] = *((const uint32_t *) &h1);
                             } else {  // each row's 4 elements as two half2, then paired across the rows
                                 uint32_t x[2];
 #pragma unroll
@@ -675,12 +708,13 @@ static __global__ void flash_attn_ext_turbo_mma(
         if (g == 0) {
             sh_sum[h][warp] = KQ_sum[hh]*f;
         }
+        const float fv = v_i8 ? f*ggml_cuda_turbo_i8_step<type_V>() : f;  // v_i8: O holds sums of int8 centroids
         if (h < ng) {
 #pragma unroll
             for (int i = 0; i < NM; ++i) {
                 const int e = 64*(i/4) + 32*((i/2) % 2) + 4*g + 2*(i % 2);  // sigma(i, g)
-                sh_acc[warp][h][e]     = O[i][hh]*f;
-                sh_acc[warp][h][e + 1] = O[i][hh + 2]*f;
+                sh_acc[warp][h][e]     = O[i][hh]*fv;
+                sh_acc[warp][h][e + 1] = O[i][hh + 2]*fv;
             }
         }
     }

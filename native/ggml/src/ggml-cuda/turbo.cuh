@@ -805,7 +805,8 @@ static constexpr __host__ __device__ float ggml_cuda_turbo_i8_step() {  // max|c
 }
 
 // word w of a byte table (entries 4w .. 4w+3; 0 beyond the codebook). plane: 0 = int8
-// centroid, 1 = low byte of the fp16 centroid, 2 = its high byte
+// centroid, 1 = low byte of the fp16 centroid, 2 = its high byte, 3 = the int8 centroid + 128
+// (offset binary: as the low byte of the fp16 bits 0x64xx it is the value 1024 + 128 + q)
 template <ggml_type type, int plane>
 static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_table_word(const int w) {
     typedef ggml_cuda_turbo_fa_codebook<type> cb;
@@ -817,9 +818,10 @@ static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_table_word(const i
             break;
         }
         uint32_t byte = 0;
-        if (plane == 0) {
+        if (plane == 0 || plane == 3) {
             const float q = cb::c[i] / ggml_cuda_turbo_i8_step<type>();
             byte = (uint32_t) (uint8_t) (int8_t) (int) (q >= 0.0f ? q + 0.5f : q - 0.5f);
+            byte ^= plane == 3 ? 0x80 : 0;  // q + 128 for int8 q
         } else {
             byte = (ggml_cuda_turbo_half_bits(cb::c[i]) >> (plane == 1 ? 0 : 8)) & 0xFF;
         }
