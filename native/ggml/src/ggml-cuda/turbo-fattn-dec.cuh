@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4..8 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..10 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 8  // the tensor-core kernel, next tile's K loaded ahead (session 13's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 9  // the tensor-core kernel, next tile's K loaded ahead, V as int8 (session 17's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -75,11 +75,15 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //   slower: 30.99 / 30.90 us against 25.37; Nsight Compute: the spills add long-scoreboard stalls, and
 //   the ALU pipe (the codebook's PRMT/LOP3) is what bounds variant 8, docs/CUDA.md "Session 16")
 //   9: 8 with V's centroids as int8 (v_i8 in turbo-fattn-mma.cuh: one lookup per 4 V values instead
-//      of two byte planes); turbo4 K and V (other pairs: 11).
-//  10: 9 at 3 resident blocks per SM (168 registers, no spill at sm_90: v_i8 frees what 8 spilled);
-//      turbo4 K and V (other pairs: 11).
-//  11: 6 (no early V, no next-tile K, 4 blocks per SM) with v_i8: 128 registers; every turbo pair.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 11;
+//      of two byte planes); turbo4 K and V (other pairs run 6, as for 8). Measured (session 17):
+//      25.54 -> 22.87 us, the default.
+//  10: 6 (no early V, no next-tile K, 4 blocks per SM) with v_i8: 128 registers; every turbo pair.
+//      Measured (session 17, FA alone): turbo3 30.54 -> 29.86 us, turbo2 24.45 -> 23.46 against 6,
+//      turbo4 25.77; not the default for those pairs until a model-level run in the same session
+//      agrees (turbo3's tg64 @ 64K in a later call, 171.18 t/s, was below session 13's 180.78 with 6).
+//   (9 at 3 resident blocks per SM -- 168 registers, no spill, since v_i8 frees what 8 spilled there --
+//   was measured in session 17 and is slower: 26.53 us)
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 10;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -709,23 +713,17 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var >= 9 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
+                } else if (var == 9 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {  // (instantiated for this pair only)
-                        if (var == 9) {
-                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                        } else if (var == 10) {
-                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                        } else {
-                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                        }
+                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     }
                 } else if (var == 8 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                } else if (var >= 9) {  // the other pairs: 6 with int8 V
+                } else if (var == 10) {  // 6 with int8 V, every pair
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                } else if (var == 6 || var == 8) {  // 8 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                } else if (var == 6 || var == 8 || var == 9) {  // 8 and 9 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));

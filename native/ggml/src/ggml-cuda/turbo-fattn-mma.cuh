@@ -218,7 +218,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // NEXT tile are loaded at the top of this tile, so K.Q never waits on DRAM and V's wait overlaps K.Q:
 // a tile's loads are in flight during a whole tile of math (register double-buffering; 32 + 2
 // registers more than early_v alone).
-// v_i8 (variants 9..11): V's centroids as int8 (the K table's values,
+// v_i8 (variants 9 and 10): V's centroids as int8 (the K table's values,
 // q = round(c 127 / max|c|), stored + 128) instead of fp16 byte planes: one 16-entry lookup per 4
 // values instead of two, and the byte becomes an fp16 A value by a PRMT with 0x64 (the fp16 bits
 // 0x64xx are 1024 + xx exactly) and one HSUB2 of 1152 (exact: q is an integer < 128); O is scaled
