@@ -115,6 +115,64 @@ static inline bool ggml_turbo_fa_is_turbo(enum ggml_type type) {
     return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
 }
 
+// Where ggml's F16 dot product accumulates in F32 vectors loaded by converting F16 (x86: SSE3, AVX,
+// AVX-512, GGML_F16_DOT_VEC is an F32 vector), the Q rows can be held as F32 once per chunk: each
+// value is the F16 value exactly, as GGML_F16_DOT_VEC_LOAD would convert it every time.
+#if defined(GGML_SIMD) && (defined(__SSE3__) || defined(__AVX__) || defined(__AVX512F__))
+#define GGML_TURBO_FA_F16_DOT_F32_Q 1
+#else
+#define GGML_TURBO_FA_F16_DOT_F32_Q 0
+#endif
+
+// s[j] = ggml_vec_dot_f16(n, x, yh + j*ldh) for j < G (x: one F16 K row of n values; yh: G rows of
+// Q as F16, ldh halves apart; yf: the same values as F32, ldf floats apart, used where
+// GGML_TURBO_FA_F16_DOT_F32_Q), with each step's K vectors loaded and converted once for the G
+// heads. Each head runs ggml_vec_dot_f16's own sequence (vec.cpp: GGML_F16_DOT_ARR accumulators,
+// the same FMAs in the same order, GGML_F16_DOT_VEC_REDUCE, the scalar leftovers in ggml_float),
+// so every s[j] is bit for bit its value; elsewhere ggml_vec_dot_f16 is called per head.
+// G <= GGML_TURBO_FA_DEC_MAX_G.
+static inline void ggml_turbo_fa_dot_f16_multi(int n, int G, float * s, const ggml_fp16_t * x,
+                                               const ggml_fp16_t * yh, int64_t ldh, const float * yf, int64_t ldf) {
+#if GGML_TURBO_FA_F16_DOT_F32_Q
+    GGML_UNUSED(yh);
+    GGML_UNUSED(ldh);
+    const int np = (n & ~(GGML_F16_DOT_STEP - 1));
+    GGML_F16_DOT_VEC sum[GGML_TURBO_FA_DEC_MAX_G][GGML_F16_DOT_ARR];
+    for (int j = 0; j < G; ++j) {
+        for (int a = 0; a < GGML_F16_DOT_ARR; ++a) {
+            sum[j][a] = GGML_F16_DOT_VEC_ZERO;
+        }
+    }
+    for (int i = 0; i < np; i += GGML_F16_DOT_STEP) {
+        GGML_F16_DOT_VEC ax[GGML_F16_DOT_ARR];
+        for (int a = 0; a < GGML_F16_DOT_ARR; ++a) {
+            ax[a] = GGML_F16_DOT_VEC_LOAD(x + i + a*GGML_F16_DOT_EPR, a);
+        }
+        for (int j = 0; j < G; ++j) {
+            const float * yj = yf + j*ldf;
+            for (int a = 0; a < GGML_F16_DOT_ARR; ++a) {
+                sum[j][a] = GGML_F16_DOT_VEC_FMA(sum[j][a], ax[a], GGML_F32_VEC_LOAD(yj + i + a*GGML_F16_DOT_EPR));
+            }
+        }
+    }
+    for (int j = 0; j < G; ++j) {
+        ggml_float sumf = 0.0;
+        GGML_F16_DOT_VEC_REDUCE(sumf, sum[j]);
+        const float * yj = yf + j*ldf;
+        for (int i = np; i < n; ++i) {
+            sumf += (ggml_float)(GGML_CPU_FP16_TO_FP32(x[i])*yj[i]);
+        }
+        s[j] = sumf;
+    }
+#else
+    GGML_UNUSED(yf);
+    GGML_UNUSED(ldf);
+    for (int j = 0; j < G; ++j) {
+        ggml_vec_dot_f16(n, s + j, 0, (ggml_fp16_t *) x, 0, (ggml_fp16_t *) (yh + j*ldh), 0, 1);
+    }
+#endif
+}
+
 // dst: the FLASH_ATTN_EXT node (q F32 with one query, neq3 == 1); rows [ic_start, ic_end) of K/V;
 // partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]).
 static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start, int64_t ic_end,
@@ -133,7 +191,9 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         return false;
     }
     const int64_t G = n_head / n_head_kv;  // Q heads per K/V head
-    if (G > GGML_TURBO_FA_DEC_MAX_G || G*(DK + DV) + DV > GGML_TURBO_FA_DEC_SCRATCH) {
+    const bool k_f16 = k->type == GGML_TYPE_F16 && ggml_get_type_traits_cpu(k->type)->vec_dot == (ggml_vec_dot_t) ggml_vec_dot_f16 &&
+                       ggml_get_type_traits_cpu(k->type)->vec_dot_type == GGML_TYPE_F16;  // F16 K: its rows loaded once for the G heads
+    if (G > GGML_TURBO_FA_DEC_MAX_G || G*(DK + DV) + DV + (k_f16 ? G*DK : 0) > GGML_TURBO_FA_DEC_SCRATCH) {
         return false;
     }
 
@@ -161,7 +221,8 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         static std::atomic<bool> said{false};
         if (!said.exchange(true)) {
             fprintf(stderr, "ggml_turbo_fa_decode_chunk: one-query decode with %d Q heads per K/V head, K %s (%s), V %s\n",
-                    (int) G, ggml_type_name(k->type), k_multi ? "decoded once per row" : "vec_dot per head", ggml_type_name(v->type));
+                    (int) G, ggml_type_name(k->type), k_multi ? "decoded once per row" : k_f16 ? "loaded once per row" : "vec_dot per head",
+                    ggml_type_name(v->type));
         }
     }
 
@@ -169,6 +230,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
     float * Qb  = scratch;              // G rows of DK: Q of each head in k's vec_dot_type
     float * VKQ = scratch + G*DK;       // G rows of DV: each head's accumulator (F16 ones for an F16 V)
     float * V32 = VKQ + G*DV;           // one V row as floats
+    float * Qf  = V32 + DV;             // F16 K: the G rows of Qb as F32 (k_f16)
     float M[GGML_TURBO_FA_DEC_MAX_G], S[GGML_TURBO_FA_DEC_MAX_G];  // per head: running max and sum
     float slope[GGML_TURBO_FA_DEC_MAX_G], s[GGML_TURBO_FA_DEC_MAX_G];
     const ggml_fp16_t * mp[GGML_TURBO_FA_DEC_MAX_G];               // per head: its mask row
@@ -186,6 +248,9 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             }
             mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + (h % mask->ne[2])*mask->nb[2]) : nullptr;
             q_to_vec_dot((const float *) ((const char *) q->data + h*q->nb[2]), Qb + j*DK, DK);
+            if (k_f16) {  // F16 K: Q as F16 (its vec_dot_type), and those values as F32
+                ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) (Qb + j*DK), Qf + j*DK, DK);
+            }
         }
         const char * k_head = (const char *) k->data + ik2*k->nb[2];
         const char * v_head = (const char *) v->data + ik2*v->nb[2];
@@ -202,6 +267,8 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             const char * v_data = v_head + ic*v->nb[1];
             if (k_multi) {
                 ggml_turbo_vec_dot_multi(k->type, (int) DK, (int) G, s, k_data, Qb, DK);
+            } else if (k_f16) {  // Qb's rows hold F16 (q_to_vec_dot) DK floats = 2 DK halves apart; Qf the same as F32
+                ggml_turbo_fa_dot_f16_multi((int) DK, (int) G, s, (const ggml_fp16_t *) k_data, (const ggml_fp16_t *) Qb, 2*DK, Qf, DK);
             }
             bool v_decoded = false;
             for (int64_t j = 0; j < G; ++j) {
@@ -210,7 +277,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
                     continue;
                 }
                 float sj;
-                if (k_multi) {
+                if (k_multi || k_f16) {
                     sj = s[j];
                 } else {
                     kq_vec_dot((int) DK, &sj, 0, k_data, 0, Qb + j*DK, 0, 1);
