@@ -173,6 +173,30 @@ static inline void ggml_turbo_fa_dot_f16_multi(int n, int G, float * s, const gg
 #endif
 }
 
+// y[h[a]*ldy + i] += x[i]*v[a] for the na heads listed in h (i < n): ggml_vec_mad_f32 for each of
+// them, with each vector of x (one decoded V row) loaded once for all. The update of an element is
+// the one vec.h makes (GGML_F32_VEC_FMA(y, x, v), one rounding), so every accumulator is bit for bit
+// what the per-head calls give; where vec.h has a loop of its own (SVE, RISC-V V), no SIMD, or n is
+// not a multiple of GGML_F32_STEP (vec.h's scalar leftovers), it is called per head.
+static inline void ggml_turbo_fa_mad_f32_multi(int n, float * y, int64_t ldy, const float * x, const float * v,
+                                               const int * h, int na) {
+#if defined(GGML_SIMD) && !defined(__ARM_FEATURE_SVE) && !defined(__riscv_v_intrinsic)
+    if (n % GGML_F32_STEP == 0) {
+        for (int i = 0; i < n; i += GGML_F32_EPR) {
+            const GGML_F32_VEC ax = GGML_F32_VEC_LOAD(x + i);
+            for (int a = 0; a < na; ++a) {
+                float * yi = y + h[a]*ldy + i;
+                GGML_F32_VEC_STORE(yi, GGML_F32_VEC_FMA(GGML_F32_VEC_LOAD(yi), ax, GGML_F32_VEC_SET1(v[a])));
+            }
+        }
+        return;
+    }
+#endif
+    for (int a = 0; a < na; ++a) {
+        ggml_vec_mad_f32(n, y + h[a]*ldy, x, v[a]);
+    }
+}
+
 // dst: the FLASH_ATTN_EXT node (q F32 with one query, neq3 == 1); rows [ic_start, ic_end) of K/V;
 // partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]).
 static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start, int64_t ic_end,
@@ -270,7 +294,9 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             } else if (k_f16) {  // Qb's rows hold F16 (q_to_vec_dot) DK floats = 2 DK halves apart; Qf the same as F32
                 ggml_turbo_fa_dot_f16_multi((int) DK, (int) G, s, (const ggml_fp16_t *) k_data, (const ggml_fp16_t *) Qb, 2*DK, Qf, DK);
             }
-            bool v_decoded = false;
+            int   na = 0;                                // F32 accumulators: the heads this row adds to,
+            int   ha[GGML_TURBO_FA_DEC_MAX_G];          // and its weight for each (one V pass for all)
+            float va[GGML_TURBO_FA_DEC_MAX_G];
             for (int64_t j = 0; j < G; ++j) {
                 const float mv = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
                 if (mv == -INFINITY) {
@@ -305,21 +331,22 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
                     }
                     ggml_vec_mad_f16((int) DV, acc, (const ggml_fp16_t *) v_data, vs);
                 } else {
-                    float * acc = VKQ + j*DV;
-                    if (new_max) {
-                        ggml_vec_scale_f32((int) DV, acc, ms);
+                    if (new_max) {  // rescaled before this row's term is added, as in ggml's loop
+                        ggml_vec_scale_f32((int) DV, VKQ + j*DV, ms);
                     }
-                    const float * vrow = (const float *) v_data;
-                    if (v_to_float) {
-                        if (!v_decoded) {
-                            v_to_float(v_data, V32, DV);
-                            v_decoded = true;
-                        }
-                        vrow = V32;
-                    }
-                    ggml_vec_mad_f32((int) DV, acc, vrow, vs);
+                    ha[na] = (int) j;
+                    va[na] = vs;
+                    ++na;
                 }
                 S[j] = S[j]*ms + vs;
+            }
+            if (na > 0) {  // the V row, decoded once (quantized types), added to each of the na heads
+                const float * vrow = (const float *) v_data;
+                if (v_to_float) {
+                    v_to_float(v_data, V32, DV);
+                    vrow = V32;
+                }
+                ggml_turbo_fa_mad_f32_multi((int) DV, VKQ, DV, vrow, va, ha, na);
             }
         }
 
