@@ -150,3 +150,38 @@ def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path
     assert k_between < 0.25 * k_back, (k_between, k_back)
     assert k_fold < 1.1 * k_back, (k_fold, k_back)  # the mask term less its mean: 0.0502 vs 0.0546 here
     assert (lf.argmax(-1) == lb.argmax(-1)).sum() >= N_DECODE - 1
+
+
+def test_multi_head_helpers_equal_ggml_per_head(tmp_path):
+    """ggml_turbo_fa_dot_f16_multi and ggml_turbo_fa_mad_f32_multi (ggml-turbo-fa.h) give, bit for bit,
+    what ggml_vec_dot_f16 (the engine's libggml-cpu) and vec.h's ggml_vec_mad_f32 give per head, on
+    random rows of 8..256 values (with and without vec.cpp's scalar leftovers) and 1..8 heads:
+    tests/cpu_host/fa_multi_check.cpp, compiled with the flags the engine compiled vec.cpp with
+    (its compile_commands.json: the ISA and the floating-point contraction of -std=gnu++17)."""
+    import shlex
+    import shutil
+
+    from tqgguf.builder.source import PIN
+    from tqgguf.cachetypes import _lib_dir
+    from tqgguf.fsutil import cache_dir
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    tree = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp"
+    cc = cache_dir() / "build" / "cpu" / "compile_commands.json"
+    if cxx is None or not cc.exists() or not (tree / "ggml" / "src" / "ggml-cpu" / "vec.h").exists():
+        pytest.skip(f"no C++ compiler, no CPU engine build ({cc}) or no patched tree ({tree})")
+    entry = next(e for e in json.loads(cc.read_text()) if e["file"].endswith("ggml-cpu/vec.cpp"))
+    args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
+    flags = [a for a in args if a.startswith(("-m", "-std=", "-O", "-ffp-contract"))]  # ISA, language, optimization
+    lib = _lib_dir()
+    exe = tmp_path / "fa_multi_check"
+    ROOT = Path(__file__).resolve().parents[1]
+    cmd = [cxx, *flags, f"-I{ROOT / 'native/ggml/src/ggml-cpu'}", f"-I{ROOT / 'native/ggml/src'}",
+           f"-I{tree / 'ggml/src/ggml-cpu'}", f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}",
+           str(ROOT / "tests/cpu_host/fa_multi_check.cpp"), f"-L{lib}", "-lggml-cpu", "-lggml-base",
+           f"-Wl,-rpath,{lib}", "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-3000:]
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "all OK" in r.stdout, r.stdout[-3000:] + r.stderr[-1000:]
+    assert r.stdout.count("OK   dot_f16_multi") == 24 and r.stdout.count("OK   mad_f32_multi") == 24
