@@ -118,6 +118,18 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup(const u
     }
 }
 
+// v_i8: bytes (r0 e, r1 e, r0 e+1, r1 e+1) of int8 centroids stored + 128 as two half2 A registers,
+// (r0, r1) of element e in a0, of e + 1 in a1: each byte under 0x64 (x64 = 0x64646464; the fp16 bits
+// 0x64xx are 1024 + xx exactly), then 1152 taken off (exact: the result is the integer q, |q| <= 127)
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_i8_pairs(const uint32_t b, const uint32_t x64, uint32_t & a0, uint32_t & a1) {
+    const uint32_t u0 = __byte_perm(b, x64, 0x4140);
+    const uint32_t u1 = __byte_perm(b, x64, 0x4342);
+    const half2 h0 = __hsub2(*((const half2 *) &u0), make_half2(1152.0f, 1152.0f));
+    const half2 h1 = __hsub2(*((const half2 *) &u1), make_half2(1152.0f, 1152.0f));
+    a0 = *((const uint32_t *) &h0);
+    a1 = *((const uint32_t *) &h1);
+}
+
 // O^T's accumulators of this lane's column 2t + hh (both dims of every m-tile) times r: the
 // online softmax's rescale when a column's running max moves
 template <int NM>
@@ -626,12 +638,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                             if constexpr (v_i8 && V4) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
-                                const uint32_t a0 = __byte_perm(b, x64, 0x4140);  // fp16 1152 + q of (row 2t, row 2t+1), element e
-                                const uint32_t a1 = __byte_perm(b, x64, 0x4342);  // of element e + 1
-                                const half2 h0 = __hsub2(*((const half2 *) &a0), make_half2(1152.0f, 1152.0f));
-                                const half2 h1 = __hsub2(*((const half2 *) &a1), make_half2(1152.0f, 1152.0f));
-                                Av[2*rp + 0] = *((const uint32_t *) &h0);
-                                Av[2*rp + 1] = *((const uint32_t *) &h1);
+                                ggml_cuda_turbo_fa_mma_i8_pairs(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else if constexpr (V4) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);
@@ -642,12 +649,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                                 const uint32_t b0 = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][0][m][s], tVlo, m4);
                                 const uint32_t b1 = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][1][m][s], tVlo, m4);
                                 const uint32_t b  = __byte_perm(b0, b1, kp ? 0x7362 : 0x5140);  // (row 2t, 2t+1) of e, of e + 1
-                                const uint32_t a0 = __byte_perm(b, x64, 0x4140);
-                                const uint32_t a1 = __byte_perm(b, x64, 0x4342);
-                                const half2 h0 = __hsub2(*((const half2 *) &a0), make_half2(1152.0f, 1152.0f));
-                                const half2 h1 = __hsub2(*((const half2 *) &a1), make_half2(1152.0f, 1152.0f));
-                                Av[2*rp + 0] = *((const uint32_t *) &h0);
-                                Av[2*rp + 1] = *((const uint32_t *) &h1);
+                                ggml_cuda_turbo_fa_mma_i8_pairs(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else {  // each row's 4 elements as two half2, then paired across the rows
                                 uint32_t x[2];
 #pragma unroll
