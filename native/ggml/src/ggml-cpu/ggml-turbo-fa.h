@@ -215,8 +215,12 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         return false;
     }
     const int64_t G = n_head / n_head_kv;  // Q heads per K/V head
-    const bool k_f16 = k->type == GGML_TYPE_F16 && ggml_get_type_traits_cpu(k->type)->vec_dot == (ggml_vec_dot_t) ggml_vec_dot_f16 &&
-                       ggml_get_type_traits_cpu(k->type)->vec_dot_type == GGML_TYPE_F16;  // F16 K: its rows loaded once for the G heads
+    const ggml_type         k_vec_dot_type = ggml_get_type_traits_cpu(k->type)->vec_dot_type;
+    const ggml_from_float_t q_to_vec_dot   = ggml_get_type_traits_cpu(k_vec_dot_type)->from_float;
+    const ggml_vec_dot_t    kq_vec_dot     = ggml_get_type_traits_cpu(k->type)->vec_dot;
+    const ggml_to_float_t   v_to_float     = ggml_get_type_traits(v->type)->to_float;
+    const bool k_f16 = k->type == GGML_TYPE_F16 && kq_vec_dot == (ggml_vec_dot_t) ggml_vec_dot_f16 &&
+                       k_vec_dot_type == GGML_TYPE_F16;  // F16 K: its rows loaded once for the G heads
     if (G > GGML_TURBO_FA_DEC_MAX_G || G*(DK + DV) + DV + (k_f16 ? G*DK : 0) > GGML_TURBO_FA_DEC_SCRATCH) {
         return false;
     }
@@ -232,10 +236,6 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
     const float m0 = powf(2.0f, -(max_bias       ) / n_head_log2);
     const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
 
-    const ggml_type         k_vec_dot_type = ggml_get_type_traits_cpu(k->type)->vec_dot_type;
-    const ggml_from_float_t q_to_vec_dot   = ggml_get_type_traits_cpu(k_vec_dot_type)->from_float;
-    const ggml_vec_dot_t    kq_vec_dot     = ggml_get_type_traits_cpu(k->type)->vec_dot;
-    const ggml_to_float_t   v_to_float     = ggml_get_type_traits(v->type)->to_float;
     GGML_ASSERT(q_to_vec_dot && "fattn: unsupported K-type");
     GGML_ASSERT((v->type == GGML_TYPE_F32 || v_to_float) && "fattn: unsupported V-type");
     const bool k_multi = ggml_turbo_fa_is_turbo(k->type) && k_vec_dot_type == GGML_TYPE_F32;
@@ -254,7 +254,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
     float * Qb  = scratch;              // G rows of DK: Q of each head in k's vec_dot_type
     float * VKQ = scratch + G*DK;       // G rows of DV: each head's accumulator (F16 ones for an F16 V)
     float * V32 = VKQ + G*DV;           // one V row as floats
-    float * Qf  = V32 + DV;             // F16 K: the G rows of Qb as F32 (k_f16)
+    float * Qf  = V32 + DV;             // F16 K: the G rows of Qb as F32 (k_f16, read where GGML_TURBO_FA_F16_DOT_F32_Q)
     float M[GGML_TURBO_FA_DEC_MAX_G], S[GGML_TURBO_FA_DEC_MAX_G];  // per head: running max and sum
     float slope[GGML_TURBO_FA_DEC_MAX_G], s[GGML_TURBO_FA_DEC_MAX_G];
     const ggml_fp16_t * mp[GGML_TURBO_FA_DEC_MAX_G];               // per head: its mask row
@@ -272,7 +272,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             }
             mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + (h % mask->ne[2])*mask->nb[2]) : nullptr;
             q_to_vec_dot((const float *) ((const char *) q->data + h*q->nb[2]), Qb + j*DK, DK);
-            if (k_f16) {  // F16 K: Q as F16 (its vec_dot_type), and those values as F32
+            if (k_f16 && GGML_TURBO_FA_F16_DOT_F32_Q) {  // F16 K: Q as F16 (its vec_dot_type), and those values as F32 where they are read
                 ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) (Qb + j*DK), Qf + j*DK, DK);
             }
         }
