@@ -161,12 +161,12 @@ def test_multi_head_helpers_equal_ggml_per_head(tmp_path):
     import shlex
     import shutil
 
-    from tqgguf.builder.source import PIN
+    from tqgguf.builder.source import source_tree
     from tqgguf.cachetypes import _lib_dir
     from tqgguf.fsutil import cache_dir
 
     cxx = shutil.which("g++") or shutil.which("c++")
-    tree = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp"
+    tree = source_tree() / "vendor" / "llama.cpp"
     cc = cache_dir() / "build" / "cpu" / "compile_commands.json"
     if cxx is None or not cc.exists() or not (tree / "ggml" / "src" / "ggml-cpu" / "vec.h").exists():
         pytest.skip(f"no C++ compiler, no CPU engine build ({cc}) or no patched tree ({tree})")

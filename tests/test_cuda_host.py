@@ -28,8 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tqgguf.builder.source import PIN
-from tqgguf.fsutil import cache_dir
+from tqgguf.builder.source import source_tree
 from tqgguf.reference import codec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +43,7 @@ def harness(tmp_path_factory) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    tree = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp"
+    tree = source_tree() / "vendor" / "llama.cpp"
     if not (tree / "ggml" / "src" / "ggml-common.h").exists():
         pytest.skip(f"no patched source tree at {tree} (tqgguf build makes it)")
     exe = tmp_path_factory.mktemp("cuda-host") / "turbo_host_check"
@@ -173,7 +172,7 @@ def test_cuda_fa_decode_kernel_emulated(tmp_path):
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    tree = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp"
+    tree = source_tree() / "vendor" / "llama.cpp"
     if not (tree / "ggml" / "src" / "ggml-common.h").exists():
         pytest.skip(f"no patched source tree at {tree} (tqgguf build makes it)")
     exe = tmp_path / "fa_dec_emul"

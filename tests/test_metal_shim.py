@@ -286,9 +286,8 @@ _RUNNERS = {
 def patched_metal_dir() -> Path:
     """ggml-metal of the patched tree that `tqgguf build` prepared (the series, patch 0010
     included, plus native/)."""
-    from tqgguf.builder.source import PIN
-    from tqgguf.fsutil import cache_dir
-    d = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-metal"
+    from tqgguf.builder.source import source_tree
+    d = source_tree() / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-metal"
     if not (d / "kernels" / "quantize.metal").exists():
         pytest.fail(f"{d} is missing: run `tqgguf build` (it prepares the patched tree)")
     return d

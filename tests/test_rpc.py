@@ -319,11 +319,10 @@ def test_the_wire_facts_match_the_pinned_ggml_rpc_source(require_engine):
     """tqgguf.devices speaks ggml's RPC protocol itself to check workers: its command numbers,
     version and sizes must be those of the pinned tree's ggml-rpc (a newer pin that changes
     them fails here, not on a user's worker)."""
-    from tqgguf.builder.source import PIN
+    from tqgguf.builder.source import source_tree
     from tqgguf import devices
-    from tqgguf.fsutil import cache_dir
 
-    root = cache_dir() / "src" / PIN.tree_name / "vendor" / "llama.cpp" / "ggml"
+    root = source_tree() / "vendor" / "llama.cpp" / "ggml"
     header = (root / "include" / "ggml-rpc.h").read_text()
     src = (root / "src" / "ggml-rpc" / "ggml-rpc.cpp").read_text()
     transport = (root / "src" / "ggml-rpc" / "transport.h").read_text()

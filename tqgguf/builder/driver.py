@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..fsutil import cache_dir
-from .source import PIN, native_dir, native_files, patch_read_by, prepare_tree, sdist_series, series
+from .source import PIN, native_dir, native_files, patch_read_by, prepare_tree, sdist_series, series, source_tree
 
 BACKENDS = ("cpu", "cuda", "metal")
 TOOL_TARGETS = ("llama-perplexity", "llama-bench", "llama-server", "test-backend-ops")
@@ -360,7 +360,7 @@ def build(cfg: BuildConfig, *, force: bool = False, log: Callable[[str], None] =
     inputs = fingerprint_inputs(cfg)
     fp = fingerprint_of(inputs)
     root = cache_dir()
-    tree = root / "src" / PIN.tree_name
+    tree = source_tree()
     build_dir = root / "build" / cfg.backend
     tools_dir = root / "build" / f"tools-{cfg.backend}"
     wheel_dir = root / "wheels"

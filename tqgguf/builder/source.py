@@ -246,6 +246,13 @@ def _apply_series(patches: list[Path], root: Path, what: str) -> None:
         subprocess.run(cmd, check=True, capture_output=True)
 
 
+def source_tree() -> Path:
+    """Where `tqgguf build` prepares the patched source tree: ``<cache>/src/<PIN.tree_name>``
+    (the sdist's layout: llama.cpp under ``vendor/llama.cpp``). A path only; it exists after a
+    build. The cache is $TQGGUF_CACHE, else ~/.cache/tqgguf (tqgguf.fsutil.cache_dir)."""
+    return cache_dir() / "src" / PIN.tree_name
+
+
 def prepare_tree(dest: Path, log=print) -> Path:
     """Make ``dest`` the patched source tree: sdist + patches (vendor/llama.cpp and the
     sdist's Python files) + native overlay.
