@@ -73,7 +73,8 @@ def _run(harness: Path, name: str, raw: np.ndarray, q: np.ndarray, qd: np.ndarra
     data = out.read_bytes()
     n = NBLK * 64
     res, off = {}, 0
-    for key, dt in (("index", np.int32), ("deq", np.float32), ("v_f32", np.float32), ("v_f16", np.float32)):
+    for key, dt in (("index", np.int32), ("deq", np.float32), ("v_f32", np.float32), ("v_f16", np.float32),
+                    ("rows", np.float32)):
         res[key] = np.frombuffer(data, dt, n, off)
         off += 4 * n
     for d in (64, 128, 256):
@@ -107,6 +108,7 @@ def test_cuda_turbo_device_functions_match_the_reference(harness, name, tmp_path
     assert np.array_equal(got["index"].reshape(NBLK, 64), idx)
     assert {int(v) for v in np.unique(idx)} == set(range(len(c)))  # every level was exercised
     assert np.array_equal(got["deq"].reshape(NBLK, 64), d * c[idx])
+    assert np.array_equal(got["rows"].reshape(NBLK, 64), d * c[idx])  # NaN (an element no quarter wrote) fails
     c16 = c.astype(np.float16).astype(np.float32)
     assert np.array_equal(got["v_f32"].reshape(NBLK, 64), d * c16[idx])
     assert np.array_equal(got["v_f16"].reshape(NBLK, 64), (d * c16[idx]).astype(np.float16).astype(np.float32))

@@ -10,6 +10,8 @@
 //   deq        NBLK*64         dequantize_turbo (v.x element iqs, v.y element iqs + 32)
 //   v_f32      NBLK*64         dequantize_V_turbo<float, 4> at every i0 = 4k of the row
 //   v_f16      NBLK*64         dequantize_V_turbo<half, 4>, widened
+//   rows       NBLK*64         ggml_cuda_turbo_dequant_quarter, quarters 0..3 of every block put where
+//                              ggml_cuda_turbo_quarter_run says (what k_turbo_to stores; NaN where nothing went)
 //   kq         per (D, nthreads), D in {64, 128, 256}, nthreads in {2, 4, 8, 16, 32} up to D/4: NBLK*64/D row sums of
 //              vec_dot_fattn_vec_KQ_turbo over the nthreads threads of a row
 // Exit status 2 on bad arguments.
@@ -24,7 +26,11 @@ static void run(const int nblk, const uint8_t * blocks, const int8_t * q, const 
     const block * x = (const block *) blocks;
     const int n = nblk*QK_TURBO;
     std::vector<int32_t> index(n);
-    std::vector<float> deq(n), v32(n), v16(n);
+    std::vector<float> deq(n), v32(n), v16(n), rows(n, NAN);
+    float c[ggml_cuda_turbo_traits<type>::levels];
+    for (int i = 0; i < ggml_cuda_turbo_traits<type>::levels; ++i) {
+        c[i] = ggml_cuda_turbo_traits<type>::c(i);
+    }
     for (int ib = 0; ib < nblk; ++ib) {
         for (int j = 0; j < QK_TURBO; ++j) {
             index[ib*QK_TURBO + j] = ggml_cuda_turbo_index<type>(x + ib, j);
@@ -34,6 +40,13 @@ static void run(const int nblk, const uint8_t * blocks, const int8_t * q, const 
             dequantize_turbo<type>(x, ib, iqs, v);
             deq[ib*QK_TURBO + iqs] = v.x;
             deq[ib*QK_TURBO + iqs + QK_TURBO/2] = v.y;
+        }
+        for (int q = 0; q < 4; ++q) {
+            float v[16];
+            ggml_cuda_turbo_dequant_quarter<type>(x + ib, q, c, v);
+            for (int r = 0; r < 2; ++r) {
+                memcpy(&rows[ib*QK_TURBO + ggml_cuda_turbo_quarter_run<type>(q, r)], v + 8*r, 8*sizeof(float));
+            }
         }
     }
     for (int i0 = 0; i0 < n; i0 += 4) {
@@ -50,6 +63,7 @@ static void run(const int nblk, const uint8_t * blocks, const int8_t * q, const 
     fwrite(deq.data(), 4, n, out);
     fwrite(v32.data(), 4, n, out);
     fwrite(v16.data(), 4, n, out);
+    fwrite(rows.data(), 4, n, out);
 
     // Q as the kernel holds it: thread t's int i is Q int nthreads*i + t (4 int8 values), its
     // (d, sum) the scale of that int's 32-value block

@@ -114,6 +114,159 @@ static __device__ __forceinline__ void dequantize_turbo2_0(const void * vx, cons
 }
 
 // ---------------------------------------------------------------------------------------
+// Whole rows to f16 / bf16 / f32: ggml_get_to_{fp16,bf16,fp32}[_nc]_cuda. The tensor-core FA
+// kernels of a prefill read K and V as f16, so launch_fattn converts the whole cache view
+// once per layer and ubatch (at 64K cells of an 8B model, 268 MB of f16 per layer); this
+// conversion is write-bound. One thread writes 16 values of one block as two 16-byte runs
+// (f16/bf16) and the lanes of a warp cover 8 consecutive blocks, so each store instruction
+// writes whole sectors; the codebook sits in shared memory (16 distinct addresses: no bank
+// conflicts). Upstream's generic kernel (dequantize_block: two values per thread, 2-byte
+// stores, the codebook through global memory) served these getters before.
+
+// First element of run r (0, 1) of the 8-value runs that quarter q (0..3) of a block covers.
+// turbo4 pairs element j with j + 32 in one byte, so a quarter takes 8 bytes' low and high
+// nibbles (elements 8q.. and 32 + 8q..); turbo3 and turbo2 spread every 8 or 16 consecutive
+// elements over all their bytes, so a quarter takes 16 consecutive elements.
+template <ggml_type type>
+static constexpr __host__ __device__ int ggml_cuda_turbo_quarter_run(const int q, const int r) {
+    return type == GGML_TYPE_TURBO4_0 ? 8*q + (QK_TURBO/2)*r : 16*q + 8*r;
+}
+
+// v[8r + k] = d * c[idx of element ggml_cuda_turbo_quarter_run(q, r) + k] of block x, as
+// dequantize_turbo computes it (one fp32 product). c: the type's centroids (any memory).
+// The index bytes are read as 16-bit words (a block is 2-byte aligned).
+template <ggml_type type>
+static __device__ __forceinline__ void ggml_cuda_turbo_dequant_quarter(
+        const typename ggml_cuda_turbo_traits<type>::block * __restrict__ x, const int q, const float * __restrict__ c, float (&v)[16]) {
+    const float d = __half2float(x->d);
+    const uint16_t * qs = (const uint16_t *) x->qs;
+    if constexpr (type == GGML_TYPE_TURBO4_0) {
+        // bytes 8q..8q+7: element 8q + k in the low nibble of byte k, 32 + 8q + k in the high one
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const uint32_t w = qs[4*q + h];
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+                const uint32_t byte = (w >> (8*b)) & 0xFF;
+                v[2*h + b]     = d * c[byte & 15];
+                v[8 + 2*h + b] = d * c[byte >> 4];
+            }
+        }
+    } else if constexpr (type == GGML_TYPE_TURBO3_0) {
+        // element 8g + l: bits 3g..3g+2 of qs[l] | qs[l+8] << 8 | qs[l+16] << 16; quarter q is g = 2q, 2q+1
+        uint32_t p[12];
+#pragma unroll
+        for (int h = 0; h < 12; ++h) {
+            p[h] = qs[h];
+        }
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            const uint32_t w = ((p[l/2] >> (8*(l%2))) & 0xFF) | (((p[4 + l/2] >> (8*(l%2))) & 0xFF) << 8) |
+                               (((p[8 + l/2] >> (8*(l%2))) & 0xFF) << 16);
+            const uint32_t s = w >> (6*q);
+            v[l]     = d * c[s & 7];
+            v[8 + l] = d * c[(s >> 3) & 7];
+        }
+    } else {
+        // element 16g + m: bits 2g..2g+1 of qs[m]; quarter q is g = q
+#pragma unroll
+        for (int h = 0; h < 8; ++h) {
+            const uint32_t w = (uint32_t) qs[h] >> (2*q);
+            v[2*h]     = d * c[w & 3];
+            v[2*h + 1] = d * c[(w >> 8) & 3];
+        }
+    }
+}
+
+#ifndef GGML_CUDA_TURBO_HOST_CHECK
+template <typename dst_t>
+static __device__ __forceinline__ void ggml_cuda_turbo_store8(dst_t * __restrict__ y, const float * v) {
+    if constexpr (std::is_same_v<dst_t, float>) {
+        *(float4 *) y       = make_float4(v[0], v[1], v[2], v[3]);
+        *(float4 *) (y + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        static_assert(std::is_same_v<dst_t, half> || std::is_same_v<dst_t, nv_bfloat16>, "f32, f16 or bf16");
+        uint4 u;
+        uint32_t * w = (uint32_t *) &u;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (std::is_same_v<dst_t, half>) {
+                const half2 h = __floats2half2_rn(v[2*k], v[2*k + 1]);
+                w[k] = *(const uint32_t *) &h;
+            } else {
+                const nv_bfloat162 h = __floats2bfloat162_rn(v[2*k], v[2*k + 1]);
+                w[k] = *(const uint32_t *) &h;
+            }
+        }
+        *(uint4 *) y = u;
+    }
+}
+
+// Four threads per block of the destination, which is contiguous: nblocks blocks in rows of
+// bpr blocks; row r = (i01, i02, i03) reads source blocks i01*s01 + i02*s02 + i03*s03 + 0..bpr-1.
+template <ggml_type type, typename dst_t>
+static __global__ void __launch_bounds__(256) k_turbo_to(const void * __restrict__ vx, dst_t * __restrict__ y, const uint32_t nblocks,
+        const uint3 bpr, const uint3 ne01, const uint3 ne02, const int64_t s01, const int64_t s02, const int64_t s03) {
+    typedef ggml_cuda_turbo_traits<type> tt;
+    __shared__ float c[tt::levels];
+    if (threadIdx.x < tt::levels) {
+        c[threadIdx.x] = tt::c(threadIdx.x);
+    }
+    __syncthreads();
+    const uint32_t t = blockIdx.x*blockDim.x + threadIdx.x;
+    const uint32_t b = t / 4;
+    if (b >= nblocks) {
+        return;
+    }
+    const uint2 rc  = fast_div_modulo(b, bpr);     // row, block in the row
+    const uint2 r01 = fast_div_modulo(rc.x, ne01);  // i02 + ne02*i03, i01
+    const uint2 r02 = fast_div_modulo(r01.x, ne02); // i03, i02
+    const int64_t ib = r02.x*s03 + r02.y*s02 + r01.y*s01 + rc.y;
+    const int q = t % 4;
+    float v[16];
+    ggml_cuda_turbo_dequant_quarter<type>((const typename tt::block *) vx + ib, q, c, v);
+    dst_t * yb = y + (int64_t) b*QK_TURBO;
+    ggml_cuda_turbo_store8(yb + ggml_cuda_turbo_quarter_run<type>(q, 0), v);
+    ggml_cuda_turbo_store8(yb + ggml_cuda_turbo_quarter_run<type>(q, 1), v + 8);
+}
+
+// to_t_nc_cuda_t: ne00 x ne01 x ne02 x ne03 values (ne00 a multiple of 64), source strides in
+// blocks, destination contiguous (16-byte aligned, as ggml's buffers are)
+template <ggml_type type, typename dst_t>
+static void ggml_cuda_turbo_to_nc(const void * vx, dst_t * y, const int64_t ne00, const int64_t ne01, const int64_t ne02,
+        const int64_t ne03, const int64_t s01, const int64_t s02, const int64_t s03, cudaStream_t stream) {
+    GGML_ASSERT(ne00 % QK_TURBO == 0);
+    const int64_t nblocks = ne00/QK_TURBO * ne01*ne02*ne03;
+    GGML_ASSERT(nblocks < (int64_t(1) << 30));  // 4 threads each, counted in 32 bits
+    GGML_ASSERT((uintptr_t) y % 16 == 0);         // 16-byte stores
+    if (nblocks == 0) {
+        return;
+    }
+    constexpr int nthreads = 256;
+    const int64_t ncta = (4*nblocks + nthreads - 1) / nthreads;
+    k_turbo_to<type, dst_t><<<(unsigned) ncta, nthreads, 0, stream>>>(vx, y, (uint32_t) nblocks,
+        init_fastdiv_values(ne00/QK_TURBO), init_fastdiv_values(ne01), init_fastdiv_values(ne02), s01, s02, s03);
+}
+
+// to_t_cuda_t: k contiguous values
+template <ggml_type type, typename dst_t>
+static void ggml_cuda_turbo_to(const void * vx, dst_t * y, const int64_t k, cudaStream_t stream) {
+    ggml_cuda_turbo_to_nc<type, dst_t>(vx, y, k, 1, 1, 1, k/QK_TURBO, k/QK_TURBO, k/QK_TURBO, stream);
+}
+
+// GGML_CUDA_TURBO_CVT=0 (runtime, read once): the f16 getters hand out upstream's generic
+// dequantize_block again, for measuring one build both ways (docs/CUDA.md); anything else or
+// unset: the kernel above.
+static bool ggml_cuda_turbo_cvt_generic() {
+    static const bool generic = [] {
+        const char * s = getenv("GGML_CUDA_TURBO_CVT");
+        return s != nullptr && strcmp(s, "0") == 0;
+    }();
+    return generic;
+}
+#endif // GGML_CUDA_TURBO_HOST_CHECK
+
+// ---------------------------------------------------------------------------------------
 // encoder (one thread per block), bit-exact with ggml-turbo.c's turbo_encode_block_scalar
 // with search = 1: the IEEE operations below are the C code's, in the C code's order.
 
