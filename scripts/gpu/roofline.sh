@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # GPU machine (one H200, no internet): issue 26 item 2, the turbo FA decode kernel against the
-# HBM roofline. One build; the decode kernel's variants (native/ggml/src/ggml-cuda/turbo-fattn-dec.cuh:
-# 1 direct loads, 2 staged through shared memory with cp.async, 3 = 2 at 4 blocks per SM; 4 the
-# tensor-core kernel of turbo-fattn-mma.cuh, 5 = 4 staged) and the old vector kernel are picked at run
-# time by GGML_CUDA_TURBO_FA_DEC=1..5 / 0, so every measurement
-# below runs them all from the same binaries. Work dir /tmp/tqr; results under $OUT.
+# HBM roofline. One build; the decode kernel's variants (GGML_CUDA_TURBO_FA_DEC=1..10, listed in
+# native/ggml/src/ggml-cuda/turbo-fattn-dec.cuh; 0 = the old vector kernel) and the prefill's turbo -> f16
+# conversion (GGML_CUDA_TURBO_CVT=0: upstream's generic kernel) are picked at run time, so every
+# measurement below runs them all from the same binaries. Work dir /tmp/tqr; results under $OUT.
 #
 #   scripts/gpu/pack.sh                      (here) .device/cuda/tree.tar.xz from this checkout
 #   scripts/gpu/roofline.sh build            unpack, configure, build test-backend-ops, llama-bench,
