@@ -2,11 +2,8 @@
 # hd 128 / 8 KV heads / GQA 4, KV 8192 and 65536) per K/V pair with the new turbo -> f16 conversion and, for
 # the turbo pairs, with GGML_CUDA_TURBO_CVT=0 (upstream's generic kernel); test-backend-ops FLASH_ATTN_EXT,
 # SET_ROWS, GET_ROWS for the default decode variant (9)
-R=$OUT; export OUT=/tmp/o1; mkdir -p $OUT; trap 'tar -C $OUT -czf $R/d1.tgz . 2>/dev/null' EXIT
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-T0=$(date +%s); left() { echo $(( 575 - ($(date +%s) - T0) )); }
-B=/tmp/tqr/build/bin
-env CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ bash scripts/gpu/roofline.sh build 2>&1 | tail -3
+. scripts/gpu/calls/common.sh; call_start 1
+build
 bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
 $B/copy-bandwidth | tee $OUT/copy-bandwidth.txt
 F='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(8192|65536),nb=512,'

@@ -1,12 +1,9 @@
 # session 18 call 2 (warm): 8B shape, three interleaved rounds of pp512 @ d65536 (f16, q8_0/q8_0, turbo4 with the new
 # conversion, turbo4 with upstream's generic one (GGML_CUDA_TURBO_CVT=0), turbo3), then three interleaved rounds of
 # tg64 @ d65536 (f16, turbo3 decode variant 6 (its default), turbo3 variant 10 (6 + int8 V))
-R=$OUT; export OUT=/tmp/o2; mkdir -p $OUT; trap 'tar -C $OUT -czf $R/d2.tgz . 2>/dev/null' EXIT
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-T0=$(date +%s); left() { echo $(( 575 - ($(date +%s) - T0) )); }
-B=/tmp/tqr/build/bin
-[ -x $B/llama-bench ] || { echo "machine lost its build: building again"; env CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ bash scripts/gpu/roofline.sh build 2>&1 | tail -2; }
-[ -e /tmp/m8b.gguf ] || bash scripts/gpu/roofline.sh model /tmp/m8b.gguf 2>&1 | tail -1
+. scripts/gpu/calls/common.sh; call_start 2
+ensure_build
+ensure_m8b
 lb() { local e=$1; shift; env "$e" $B/llama-bench "$@" -m /tmp/m8b.gguf -ngl 99 -fa 1 -r 1 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'; }
 for r in 1 2 3; do
   for run in f16/f16: q8_0/q8_0: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_CVT=0 turbo3/turbo3:; do kv=${run%%:*} e=${run#*:}

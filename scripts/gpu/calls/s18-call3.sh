@@ -1,12 +1,9 @@
 # session 18 call 3 (warm): where a decode token's time goes at d0 on the 8B shape, f16 against turbo4 (Nsight
 # Compute, gpu__time_duration per kernel, no cache flush, ~3 tokens after the warm-up), summed per kernel by
 # scripts/gpu/ncu_step_summary.py; then the -r 3 table of pp512 @ d65536 for f16, q8_0, turbo4, turbo3
-R=$OUT; export OUT=/tmp/o3; mkdir -p $OUT; trap 'tar -C $OUT -czf $R/d3.tgz . 2>/dev/null' EXIT
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-T0=$(date +%s); left() { echo $(( 575 - ($(date +%s) - T0) )); }
-B=/tmp/tqr/build/bin
-[ -x $B/llama-bench ] || { echo "machine lost its build: building again"; env CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ bash scripts/gpu/roofline.sh build 2>&1 | tail -2; }
-[ -e /tmp/m8b.gguf ] || bash scripts/gpu/roofline.sh model /tmp/m8b.gguf 2>&1 | tail -1
+. scripts/gpu/calls/common.sh; call_start 3
+ensure_build
+ensure_m8b
 for kv in f16/f16 turbo4/turbo4; do
   timeout 150 ncu --clock-control none --cache-control none --launch-skip 3000 --launch-count 1700 --metrics gpu__time_duration.sum \
     $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 16 -r 1 > $OUT/ncu-step-${kv/\//-}-m8b.txt 2>&1 || echo "ncu $kv rc $?"

@@ -1,11 +1,8 @@
 # session 18 call 4 (warm): the other real shapes, pp512 @ d65536, two interleaved rounds of f16, turbo4 with the new
 # turbo -> f16 conversion and turbo4 with upstream's generic one (GGML_CUDA_TURBO_CVT=0): Llama-3.2-1B (hd 64),
 # Qwen2.5-7B (hd 128, GQA 7), Gemma-3-4B (hd 256, sliding windows)
-R=$OUT; export OUT=/tmp/o4; mkdir -p $OUT; trap 'tar -C $OUT -czf $R/d4.tgz . 2>/dev/null' EXIT
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-T0=$(date +%s); left() { echo $(( 575 - ($(date +%s) - T0) )); }
-B=/tmp/tqr/build/bin
-[ -x $B/llama-bench ] || { echo "machine lost its build: building again"; env CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ bash scripts/gpu/roofline.sh build 2>&1 | tail -2; echo "built at $(( $(date +%s) - T0 )) s"; }
+. scripts/gpu/calls/common.sh; call_start 4
+ensure_build
 for s in llama-3.2-1b qwen2.5-7b gemma-3-4b; do SHAPE=$s bash scripts/gpu/roofline.sh model /tmp/$s.gguf > $OUT/model-$s.log 2>&1 || echo "model $s failed"; done
 lb() { local m=$1 e=$2; shift 2; env "$e" $B/llama-bench -m /tmp/$m.gguf "$@" -ngl 99 -fa 1 -r 1 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'; }
 for r in 1 2; do
