@@ -172,20 +172,6 @@ static void turbo2_pack(block_turbo2_0 * y, float d, const uint8_t * idx) {
     }
 }
 
-static inline int turbo4_index(const block_turbo4_0 * x, int j) {
-    return j < QK_TURBO/2 ? (x->qs[j] & 15) : (x->qs[j - QK_TURBO/2] >> 4);
-}
-
-static inline int turbo3_index(const block_turbo3_0 * x, int j) {
-    const int l = j % 8;
-    const uint32_t w = (uint32_t) x->qs[l] | ((uint32_t) x->qs[l + 8] << 8) | ((uint32_t) x->qs[l + 16] << 16);
-    return (int) ((w >> (3*(j / 8))) & 7);
-}
-
-static inline int turbo2_index(const block_turbo2_0 * x, int j) {
-    return (x->qs[j % 16] >> (2*(j / 16))) & 3;
-}
-
 // ---------------------------------------------------------------------------------------
 // SIMD paths, chosen at run time (turbo_simd()):
 //   1 = AVX2+FMA+F16C: encoders and decoders;
@@ -522,23 +508,83 @@ TURBO_DEFINE_QUANTIZE(2)
 #define TURBO_NOINLINE
 #endif
 
+// The portable decoders (every CPU without the x86 paths: Arm, RISC-V, ...). A block's 64
+// table entries are gathered in element order first (turbo{4,3,2}_lookup, which walk the
+// packed bytes as the formats lay them out instead of asking per element), so what follows is
+// plain loops over floats that the compiler vectorizes with the target's baseline SIMD (SSE2,
+// NEON). dequantize: the table scaled by d once per block (d * c[k], the same one product per
+// value as before), then looked up. dot: 64 products summed in the canonical order of
+// turbo_sum64 (8 lane sums over rows of 8, then the fixed tree), the same in vec_dot and in
+// vec_dot_multi, so the two stay bit-identical; d applied once per block. This order differs
+// from the x86 paths' (within float rounding: tests/test_native_codec.py).
+// GCC's vectorizer turns these table lookups into vector stores and byte reloads through the
+// stack, 1.9x slower than the scalar loop (dequantize_row_turbo4_0, x86-64 baseline, GCC 12):
+// they are kept scalar; the float loops that use them are vectorized as usual.
+#if defined(__GNUC__) && !defined(__clang__)
+#define TURBO_SCALAR_LOOKUP __attribute__((optimize("no-tree-vectorize")))
+#else
+#define TURBO_SCALAR_LOOKUP
+#endif
+
+TURBO_SCALAR_LOOKUP static inline void turbo4_lookup(const block_turbo4_0 * x, const float * tab, float * out) {
+    for (int l = 0; l < QK_TURBO/2; ++l) {  // byte l: element l (low nibble), l + 32 (high)
+        const uint8_t b = x->qs[l];
+        out[l]              = tab[b & 15];
+        out[l + QK_TURBO/2] = tab[b >> 4];
+    }
+}
+
+TURBO_SCALAR_LOOKUP static inline void turbo3_lookup(const block_turbo3_0 * x, const float * tab, float * out) {
+    for (int l = 0; l < 8; ++l) {  // bytes l, l + 8, l + 16: elements l, 8 + l, ..., 56 + l
+        const uint32_t w = (uint32_t) x->qs[l] | ((uint32_t) x->qs[l + 8] << 8) | ((uint32_t) x->qs[l + 16] << 16);
+        for (int r = 0; r < 8; ++r) {
+            out[8*r + l] = tab[(w >> (3*r)) & 7];
+        }
+    }
+}
+
+TURBO_SCALAR_LOOKUP static inline void turbo2_lookup(const block_turbo2_0 * x, const float * tab, float * out) {
+    for (int l = 0; l < 16; ++l) {  // byte l: elements l, 16 + l, 32 + l, 48 + l
+        const uint8_t b = x->qs[l];
+        for (int r = 0; r < 4; ++r) {
+            out[16*r + l] = tab[(b >> (2*r)) & 3];
+        }
+    }
+}
+
+// sum of c[j] * y[j] over 64 values in turbo_sum64's order
+static inline float turbo_dot64(const float * c, const float * y) {
+    float acc[8] = { 0 };
+    for (int r = 0; r < 8; ++r) {
+        for (int l = 0; l < 8; ++l) {
+            acc[l] += c[8*r + l]*y[8*r + l];
+        }
+    }
+    const float a0 = acc[0] + acc[4];
+    const float a1 = acc[1] + acc[5];
+    const float a2 = acc[2] + acc[6];
+    const float a3 = acc[3] + acc[7];
+    return (a0 + a2) + (a1 + a3);
+}
+
 #define TURBO_DEFINE_DECODE(N)                                                                      \
 TURBO_NOINLINE static void turbo##N##_dequantize_scalar(const block_turbo##N##_0 * x, float * y, int64_t nb) { \
+    enum { levels = (int) (sizeof(turbo##N##_c)/sizeof(turbo##N##_c[0])) };                        \
     for (int64_t i = 0; i < nb; ++i) {                                                              \
         const float d = GGML_FP16_TO_FP32(x[i].d);                                                  \
-        for (int j = 0; j < QK_TURBO; ++j) {                                                        \
-            y[i*QK_TURBO + j] = d*turbo##N##_c[turbo##N##_index(x + i, j)];                         \
+        float dt[levels];                                                                           \
+        for (int k = 0; k < levels; ++k) {                                                          \
+            dt[k] = d*turbo##N##_c[k];                                                              \
         }                                                                                           \
+        turbo##N##_lookup(x + i, dt, y + i*QK_TURBO);                                               \
     }                                                                                               \
 }                                                                                                   \
 TURBO_NOINLINE static void turbo##N##_dot_scalar(const block_turbo##N##_0 * x, const float * y, int64_t nb, float * s) { \
     float sum = 0.0f;                                                                               \
     for (int64_t i = 0; i < nb; ++i) {                                                              \
-        float sb = 0.0f;                                                                            \
-        for (int j = 0; j < QK_TURBO; ++j) {                                                        \
-            sb += turbo##N##_c[turbo##N##_index(x + i, j)]*y[i*QK_TURBO + j];                       \
-        }                                                                                           \
-        sum += GGML_FP16_TO_FP32(x[i].d)*sb;                                                        \
+        float c[QK_TURBO];                                                                          \
+        turbo##N##_lookup(x + i, turbo##N##_c, c);                                                  \
+        sum += GGML_FP16_TO_FP32(x[i].d)*turbo_dot64(c, y + i*QK_TURBO);                            \
     }                                                                                               \
     *s = sum;                                                                                       \
 }                                                                                                   \
@@ -547,17 +593,10 @@ TURBO_NOINLINE static void turbo##N##_dot_multi_scalar(const block_turbo##N##_0 
     float sum[TURBO_DOT_MULTI_MAX] = { 0.0f };                                                      \
     for (int64_t i = 0; i < nb; ++i) {                                                              \
         float c[QK_TURBO];                                                                          \
-        for (int j = 0; j < QK_TURBO; ++j) {                                                        \
-            c[j] = turbo##N##_c[turbo##N##_index(x + i, j)];                                        \
-        }                                                                                           \
+        turbo##N##_lookup(x + i, turbo##N##_c, c);                                                  \
         const float d = GGML_FP16_TO_FP32(x[i].d);                                                  \
         for (int h = 0; h < nq; ++h) {                                                              \
-            const float * yb = y + h*ldy + i*QK_TURBO;                                              \
-            float sb = 0.0f;                                                                        \
-            for (int j = 0; j < QK_TURBO; ++j) {                                                    \
-                sb += c[j]*yb[j];                                                                   \
-            }                                                                                       \
-            sum[h] += d*sb;                                                                         \
+            sum[h] += d*turbo_dot64(c, y + h*ldy + i*QK_TURBO);                                     \
         }                                                                                           \
     }                                                                                               \
     for (int h = 0; h < nq; ++h) {                                                                  \
