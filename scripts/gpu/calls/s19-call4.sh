@@ -1,9 +1,11 @@
 # session 19 call 4 (warm): serving again, llama-batched-bench S_TG: equal batch 128 x (2048 + 128) with turbo4 unfused
 # then fused (the reverse of call 3's order); equal KV memory: f16 64 x (4096 + 128) against turbo4 240 x (4096 + 128)
 # fused and unfused (GGML_CUDA_TURBO_ROT_FUSE=0)
-. scripts/gpu/calls/common.sh; call_start 4
+# Call 5 was this script with CALL=5 RUNS="turbo4/turbo4:0:240:4096 turbo4/turbo4:1:240:4096" (equal memory again,
+# unfused first).
+. scripts/gpu/calls/common.sh; call_start ${CALL:-4}
 ensure_build; ensure_m8b
-for run in turbo4/turbo4:0:128:2048 turbo4/turbo4:1:128:2048 f16/f16:1:64:4096 turbo4/turbo4:1:240:4096 turbo4/turbo4:0:240:4096; do
+for run in ${RUNS:-turbo4/turbo4:0:128:2048 turbo4/turbo4:1:128:2048 f16/f16:1:64:4096 turbo4/turbo4:1:240:4096 turbo4/turbo4:0:240:4096}; do
   IFS=: read -r kv fuse npl npp <<< "$run"
   [ $(left) -lt 60 ] && { echo "stopping: $(left) s left"; break; }
   f=$OUT/batched-${kv/\//-}-fuse$fuse-$npl-$npp.txt
