@@ -62,8 +62,16 @@ int ggml_type_count(void) {
 // ---------------------------------------------------------------------------------------
 // portable building blocks
 
-// Canonical sum of 64 floats: acc[l] = sum_r p[8r + l] (r ascending), then
-// ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+// The fixed tree of the canonical sum: ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+static inline float turbo_tree8(const float * acc) {
+    const float a0 = acc[0] + acc[4];
+    const float a1 = acc[1] + acc[5];
+    const float a2 = acc[2] + acc[6];
+    const float a3 = acc[3] + acc[7];
+    return (a0 + a2) + (a1 + a3);
+}
+
+// Canonical sum of 64 floats: acc[l] = sum_r p[8r + l] (r ascending), then turbo_tree8.
 static inline float turbo_sum64(const float * p) {
     float acc[8] = { 0 };
     for (int r = 0; r < 8; ++r) {
@@ -71,11 +79,7 @@ static inline float turbo_sum64(const float * p) {
             acc[l] += p[8*r + l];
         }
     }
-    const float a0 = acc[0] + acc[4];
-    const float a1 = acc[1] + acc[5];
-    const float a2 = acc[2] + acc[6];
-    const float a3 = acc[3] + acc[7];
-    return (a0 + a2) + (a1 + a3);
+    return turbo_tree8(acc);
 }
 
 // Index of the nearest centroid = number of boundaries strictly below v (branch-light
@@ -560,11 +564,7 @@ static inline float turbo_dot64(const float * c, const float * y) {
             acc[l] += c[8*r + l]*y[8*r + l];
         }
     }
-    const float a0 = acc[0] + acc[4];
-    const float a1 = acc[1] + acc[5];
-    const float a2 = acc[2] + acc[6];
-    const float a3 = acc[3] + acc[7];
-    return (a0 + a2) + (a1 + a3);
+    return turbo_tree8(acc);
 }
 
 #define TURBO_DEFINE_DECODE(N)                                                                      \
@@ -578,15 +578,6 @@ TURBO_NOINLINE static void turbo##N##_dequantize_scalar(const block_turbo##N##_0
         }                                                                                           \
         turbo##N##_lookup(x + i, dt, y + i*QK_TURBO);                                               \
     }                                                                                               \
-}                                                                                                   \
-TURBO_NOINLINE static void turbo##N##_dot_scalar(const block_turbo##N##_0 * x, const float * y, int64_t nb, float * s) { \
-    float sum = 0.0f;                                                                               \
-    for (int64_t i = 0; i < nb; ++i) {                                                              \
-        float c[QK_TURBO];                                                                          \
-        turbo##N##_lookup(x + i, turbo##N##_c, c);                                                  \
-        sum += GGML_FP16_TO_FP32(x[i].d)*turbo_dot64(c, y + i*QK_TURBO);                            \
-    }                                                                                               \
-    *s = sum;                                                                                       \
 }                                                                                                   \
 TURBO_NOINLINE static void turbo##N##_dot_multi_scalar(const block_turbo##N##_0 * x, const float * y, int64_t ldy, \
                                                       int nq, int64_t nb, float * s) {              \
@@ -602,6 +593,9 @@ TURBO_NOINLINE static void turbo##N##_dot_multi_scalar(const block_turbo##N##_0 
     for (int h = 0; h < nq; ++h) {                                                                  \
         s[h] = sum[h];                                                                              \
     }                                                                                               \
+}                                                                                                   \
+TURBO_NOINLINE static void turbo##N##_dot_scalar(const block_turbo##N##_0 * x, const float * y, int64_t nb, float * s) { \
+    turbo##N##_dot_multi_scalar(x, y, 0, 1, nb, s);  /* one head: vec_dot_multi's sums, bit for bit */ \
 }                                                                                                   \
 static void turbo##N##_dot_multi(const block_turbo##N##_0 * x, const float * y, int64_t ldy, int nq, int64_t nb, float * s) { \
     switch (turbo_simd()) {                                                                         \
