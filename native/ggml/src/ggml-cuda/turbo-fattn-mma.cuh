@@ -47,7 +47,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const
 static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_mma_rows   = ggml_cuda_turbo_fa_mma_nwarps*32;  // KV rows per tile (4 warps x 32)
 
-#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these three
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these four
 // D (16x8 s32) += A (16x32 s8, row) * B (32x8 s8, col); fragments as in the PTX ISA for m16n8k32
 static __device__ __forceinline__ void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #ifdef AMPERE_MMA_AVAILABLE
@@ -81,6 +81,10 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_movmatrix(const uint3
     NO_DEVICE_CODE;
     return 0;
 #endif
+}
+// a hint: the 128-byte line holding p into L2 (no register, nothing waited on; l2pf below)
+static __device__ __forceinline__ void ggml_cuda_turbo_prefetch_l2(const void * p) {
+    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
 }
 #endif // GGML_CUDA_TURBO_HOST_CHECK
 
@@ -239,8 +243,12 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // (the HSUB2 go to the FMA pipe); turbo3 and turbo2 V (each row looked up alone): 4 per 4 values
 // instead of 6. The V centroids then carry K's int8 precision (error <= step/2 =
 // max|c|/254, against turbo4's cells of ~0.26 sigma).
+// l2pf (variants 11 and 12): at the top of a tile each lane asks L2 for the lines of its row of the
+// warp's NEXT tile, K and V (prefetch.global.L2, first and last byte of the row): the bytes come
+// a tile ahead without holding registers (next_k's double buffer costs 34), so the kernel can keep
+// more warps per SM and its loads wait on L2 instead of DRAM.
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false>
+          bool v_i8 = false, bool l2pf = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -435,6 +443,18 @@ static __global__ void flash_attn_ext_turbo_mma(
             const int kn = k0 + gridDim.y*T;
             if (kn < k_VKQ_max) {
                 ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
+            }
+        }
+        if constexpr (l2pf) {
+            static_assert(!stage, "L2 prefetch: rows from global memory");
+            const int kn = k0 + gridDim.y*T;
+            if (kn < k_VKQ_max) {
+                const char * Kp = K + (int64_t) (kn + warp*32 + lane)*nb11;
+                const char * Vp = V + (int64_t) (kn + warp*32 + lane)*nb21;
+                ggml_cuda_turbo_prefetch_l2(Kp);
+                ggml_cuda_turbo_prefetch_l2(Kp + RBK - 1);
+                ggml_cuda_turbo_prefetch_l2(Vp);
+                ggml_cuda_turbo_prefetch_l2(Vp + RBV - 1);
             }
         }
         const char * K_k0 = K_lane + (int64_t) k0*nb11;
