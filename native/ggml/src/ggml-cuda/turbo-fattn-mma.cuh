@@ -205,6 +205,27 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&
     }
 }
 
+// early_v: the raw words of this lane's V rows of a warp tile (V_tile: its row 2t; the P.V section reads
+// them from Vw): [mt][rp][r] = row 16 mt + 8 rp + r, words g, g+1, 9+g, 0, 8 of the row
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_v4_load(uint32_t (&Vw)[2][2][2][5], const char * V_tile, const int nb21_8,
+        const int nb21, const int g) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int rp = 0; rp < 2; ++rp) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint32_t * W = (const uint32_t *) (V_tile + (2*mt + rp)*nb21_8 + r*nb21);
+                Vw[mt][rp][r][0] = W[g];
+                Vw[mt][rp][r][1] = W[g + 1];
+                Vw[mt][rp][r][2] = W[9 + g];
+                Vw[mt][rp][r][3] = W[0];
+                Vw[mt][rp][r][4] = W[8];
+            }
+        }
+    }
+}
+
 // Staging (stage = true, variant 5): each warp copies the 32 K and 32 V rows of its NEXT tile into
 // shared memory with 16-byte cp.async while it works on the current one, so the decode reads
 // shared memory and the loads of a tile never wait on DRAM (variant 4 waits three times per tile:
@@ -247,8 +268,12 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // warp's NEXT tile, K and V (prefetch.global.L2, first and last byte of the row): the bytes come
 // a tile ahead without holding registers (next_k's double buffer costs 34), so the kernel can keep
 // more warps per SM and its loads wait on L2 instead of DRAM.
+// first (variant 13, with next_k and early_v): the first tile's K words, mask values and V words are
+// asked for right after the launch dependency is met, before Q is loaded and quantized, so the block's
+// first DRAM wait overlaps Q's instead of following it; a tile's V words for the next tile are then
+// loaded at the end of this one (where the next tile's top would load them).
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false, bool l2pf = false>
+          bool v_i8 = false, bool l2pf = false, bool first = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -322,6 +347,26 @@ static __global__ void flash_attn_ext_turbo_mma(
     float (*sh_acc)[G][D] = (float (*)[G][D]) sh_buf;
 
     ggml_cuda_pdl_sync();
+
+    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
+    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
+    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
+    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
+    const int nb11_8 = 8*nb11;
+    const int nb21_8 = 8*nb21;
+    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
+    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g;
+    // early_v: the V words of a tile (first: of the next tile, loaded at the end of this one)
+    uint32_t Kn[2][2][ggml_cuda_turbo_fa_mma_k4_nw];
+    uint16_t Mn[2][2];
+    uint32_t Vw[2][2][2][5];
+    static_assert(!first || (next_k && early_v), "first-tile loads ahead of Q: with next_k and early_v");
+    if constexpr (first) {
+        if (blockIdx.y*T < k_VKQ_max) {
+            ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
+            ggml_cuda_turbo_fa_mma_v4_load(Vw, V_lane + (int64_t) (blockIdx.y*T)*nb21, nb21_8, nb21, g);
+        }
+    }
     // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 4l..4l+3
     for (int h = warp; h < 8; h += nwarps) {
         float x[4];
@@ -386,13 +431,6 @@ static __global__ void flash_attn_ext_turbo_mma(
     const uint32_t x64 = ggml_cuda_turbo_fa_mma_opaque(0x64646464, ne00);  // v_i8: the high byte of fp16 1024 + xx
     GGML_UNUSED(x64);
 
-    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
-    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
-    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
-    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
-    const int nb11_8 = 8*nb11;
-    const int nb21_8 = 8*nb21;
-
     float O[NM][4];  // O^T: dims (sigma(i, g), sigma(i, g) + 1) x heads (2t, 2t+1)
 #pragma unroll
     for (int i = 0; i < NM; ++i) {
@@ -404,7 +442,6 @@ static __global__ void flash_attn_ext_turbo_mma(
     float KQ_max[2] = { -FLT_MAX/2.0f, -FLT_MAX/2.0f };
     float KQ_sum[2] = { 0.0f, 0.0f };
 
-    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
     char * const stage_warp = sh_buf + warp*64*SL;  // tile buffer b of this warp: + b*nwarps*64*SL
     int buf = 0;
     if constexpr (stage) {
@@ -415,10 +452,7 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
         ggml_cuda_turbo_fa_dec_cp_commit();
     }
-    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g
-    uint32_t Kn[2][2][ggml_cuda_turbo_fa_mma_k4_nw];
-    uint16_t Mn[2][2];
-    if constexpr (next_k) {
+    if constexpr (next_k && !first) {
         static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
         if (blockIdx.y*T < k_VKQ_max) {
             ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
@@ -472,24 +506,11 @@ static __global__ void flash_attn_ext_turbo_mma(
             __syncwarp();                          // ... and those of the other lanes are visible
         }
 
-        // early_v: the raw words of this lane's V rows (the P.V section below reads them from here)
-        uint32_t Vw[2][2][2][5];  // [mt][rp][r]: words g, g+1, 9+g, 0, 8 of the row
+        // early_v: the raw words of this lane's V rows (the P.V section below reads them from Vw)
         if constexpr (early_v) {
             static_assert(V4 && !stage, "early V loads: turbo4 V, rows from global memory");
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-                for (int rp = 0; rp < 2; ++rp) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
-                        Vw[mt][rp][r][0] = W[g];
-                        Vw[mt][rp][r][1] = W[g + 1];
-                        Vw[mt][rp][r][2] = W[9 + g];
-                        Vw[mt][rp][r][3] = W[0];
-                        Vw[mt][rp][r][4] = W[8];
-                    }
-                }
+            if constexpr (!first) {
+                ggml_cuda_turbo_fa_mma_v4_load(Vw, V_k0, nb21_8, nb21, g);
             }
         }
 
@@ -685,6 +706,12 @@ static __global__ void flash_attn_ext_turbo_mma(
                         ggml_cuda_turbo_mma_f16(O[4*m + 2*s + kp], Av, Bv);
                     }
                 }
+            }
+        }
+        if constexpr (first) {  // the next tile's V words (this tile's were read above)
+            const int kn = k0 + gridDim.y*T;
+            if (kn < k_VKQ_max) {
+                ggml_cuda_turbo_fa_mma_v4_load(Vw, V_lane + (int64_t) kn*nb21, nb21_8, nb21, g);
             }
         }
         if constexpr (stage) {
