@@ -1,16 +1,15 @@
-# session 20 call 3 (warm): serving, llama-batched-bench S_TG: equal KV memory (f16 64 x (4096 + 128) against turbo4 240 x
-# (4096 + 128)) and equal batch 128 x (2048 + 128), turbo4 with DEC 9 and DEC X (call 2's X, or $1), alternating
+# session 20 call 3 (warm): the 8B shape, tg64 at d0 / 16K / 64K in interleaved rounds (-r 1 each) of f16, turbo4 with
+# the default (9), variant 13, and 13 with GGML_CUDA_TURBO_FA_NOSPLIT=${NS:-256}; then test-backend-ops FLASH_ATTN_EXT
+# for 13 (every turbo case) with that NOSPLIT
 . scripts/gpu/calls/common.sh; call_start 3
 ensure_build; ensure_m8b
-X=${1:-$(awk -F'|' '$2+0==128 && $6 ~ /turbo4 \/ turbo4/ && ($7+0==11 || $7+0==12) {print $8+0, $7+0}' /tmp/o1/fa-roofline.md 2>/dev/null | sort -n | head -1 | awk '{print $2}')}
-X=${X:-11}; echo "variant X = $X"
-for run in ${RUNS:-turbo4/turbo4:$X:240:4096 turbo4/turbo4:9:240:4096 f16/f16:9:64:4096 turbo4/turbo4:9:128:2048 turbo4/turbo4:$X:128:2048 f16/f16:9:128:2048 turbo4/turbo4:$X:240:4096}; do
-  IFS=: read -r kv dec npl npp <<< "$run"
-  [ $(left) -lt 60 ] && { echo "stopping: $(left) s left"; break; }
-  f=$OUT/batched-${kv/\//-}-dec$dec-$npl-$npp.txt; [ -e $f ] && f=${f%.txt}-again.txt
-  GGML_CUDA_TURBO_FA_DEC=$dec timeout $(( $(left) - 10 )) $B/llama-batched-bench -m /tmp/m8b.gguf -ngl 99 -fa on -ctk ${kv%/*} -ctv ${kv#*/} \
-      -c $((npl*(npp+128))) -b 2048 -ub 512 -npp $npp -ntg 128 -npl $npl > $f 2>&1 || echo "FAILED $run"
-  printf '%-14s DEC=%-2s npl %3s npp %4s %s\n' "$kv" "$dec" "$npl" "$npp" "$(grep -E "^\| +$npp \|" $f | tail -1)"
-done | tee $OUT/batched-rounds.txt
-echo "columns: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |"
+NS=${NS:-256}
+for r in 1 2; do
+  for run in f16/f16:9:0 turbo4/turbo4:9:0 turbo4/turbo4:13:0 turbo4/turbo4:13:$NS; do IFS=: read -r kv dec ns <<< "$run"
+    [ $(left) -lt 150 ] && { echo "stopping: $(left) s left"; break 2; }
+    echo "r$r == $kv DEC=$dec NOSPLIT=$ns"
+    GGML_CUDA_TURBO_FA_DEC=$dec GGML_CUDA_TURBO_FA_NOSPLIT=$ns timeout $(( $(left) - 10 )) $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 64 -d 0,16384,65536 -r 1 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
+  done
+done | tee $OUT/bench-m8b-rounds.txt
+t=$(( $(left) - 5 )); [ $t -gt 40 ] && GGML_CUDA_TURBO_FA_NOSPLIT=$NS DECS="13" timeout $t bash scripts/gpu/roofline.sh check 2>&1 | grep -E 'DEC=|FAIL|ROWS' | head -12
 echo "done at $(( $(date +%s) - T0 )) s"
