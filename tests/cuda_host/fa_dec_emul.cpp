@@ -162,10 +162,6 @@ static uint32_t ggml_cuda_turbo_movmatrix(const uint32_t x) {
     return lo | (hi << 16);
 }
 
-// the L2 prefetch hint (variants 11, 12): here a read of the byte, so an address outside K/V's
-// buffers shows up (under a sanitizer, or as a fault) where the GPU would ignore it
-static void ggml_cuda_turbo_prefetch_l2(const void * p) { (void) *(const volatile char *) p; }
-
 #include "turbo-fattn-dec.cuh"
 
 // ---- the test
@@ -242,14 +238,12 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
         constexpr bool st = VAR == 5;
-        constexpr int  mb = VAR == 6 || VAR == 10 || VAR == 11 ? 4 : VAR == 12 ? 3 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
-        constexpr bool ev = (VAR >= 7 && VAR <= 9) || VAR == 12 || VAR == 13;
-        constexpr bool nk = (VAR >= 8 && VAR <= 9) || VAR == 13;
+        constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
+        constexpr bool ev = VAR >= 7 && VAR <= 9;
+        constexpr bool nk = VAR >= 8 && VAR <= 9;
         constexpr bool v8 = VAR >= 9;  // V's centroids as int8
-        constexpr bool pf = VAR == 11 || VAR == 12;  // the next tile prefetched into L2
-        constexpr bool f0 = VAR == 13;  // the first tile's loads before Q's
-        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, pf, f0> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, pf, f0> :
-                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, pf, f0> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, pf, f0>;
+        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8> :
+                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8>;
     } else {
         kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
     }
@@ -409,17 +403,6 @@ int main() {
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 10>(cases[0], rng);
     ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 10>({ 256, 2, 7, 1, 2, false, true, 0.0f }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 10>(cases[6], rng);
-    for (const fa_case & fc : cases) {  // the next tile prefetched into L2 (VAR 11: 10's code; VAR 12: early V): every case
-        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 11>(fc, rng);
-        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 12>(fc, rng);
-    }
-    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 11>(cases[6], rng);
-    for (const fa_case & fc : cases) {  // the first tile's K and V words asked for before Q is quantized (VAR 13): every case
-        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(fc, rng);
-    }
-    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
-    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 3, true, true, 0.0f, true }, rng);
-    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 12>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     // a GQA ratio of 3, 5, 6, 7 in one G = 8 block (the whole group of a K/V head), every variant's code
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 8>({ 256, 3, 3, 1, 1, true, false, 8.0f }, rng);

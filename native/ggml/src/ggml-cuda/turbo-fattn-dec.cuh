@@ -83,13 +83,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      agrees (turbo3's tg64 @ 64K in a later call, 171.18 t/s, was below session 13's 180.78 with 6).
 //   (9 at 3 resident blocks per SM -- 168 registers, no spill, since v_i8 frees what 8 spilled there --
 //   was measured in session 17 and is slower: 26.53 us)
-//  11: 10 (4 blocks per SM, int8 V, every pair) with the next tile's K and V rows prefetched into L2
-//      (l2pf in turbo-fattn-mma.cuh): twice 9's warps per SM, loads from L2 instead of DRAM.
-//  12: turbo4/turbo4: 9 without the next tile's K in registers, the L2 prefetch instead, at 3 blocks
-//      per SM (early V kept); other pairs run 11.
-//  13: turbo4/turbo4: 9 with the first tile's K and V words asked for before Q is quantized (first in
-//      turbo-fattn-mma.cuh); other pairs run 6.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 13;
+//   (Session 20 measured and removed three more, FA alone turbo4 at KV 32768 against 9's 22.98 us: 10
+//   with the next tile's K and V rows prefetched into L2 at 4 blocks per SM, 26.60; 9 with that prefetch
+//   instead of the next tile's K in registers at 3 blocks per SM, 28.78; 9 with the first tile's loads
+//   issued before Q is quantized, 24.61. docs/CUDA.md "Session 20".)
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 10;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -681,38 +679,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
     return 1;
 }
 
-// GGML_CUDA_TURBO_FA_NOSPLIT=N (cells, read once; default 0): a cache of at most N cells is not split over
-// blocks (launch_fattn's KV tile is then the whole cache, so one block per head group runs every tile and
-// no combine kernel follows). For measuring where a split stops paying for its combine.
-static int ggml_cuda_turbo_fa_nosplit_env() {
-    static const int n = [] {
-        const char * s = getenv("GGML_CUDA_TURBO_FA_NOSPLIT");
-        if (s == nullptr || *s == '\0') {
-            return 0;
-        }
-        char * end = nullptr;
-        const long v = strtol(s, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= (1L << 24)) {
-            return (int) v;
-        }
-        GGML_LOG_ERROR("%s: GGML_CUDA_TURBO_FA_NOSPLIT=%s is not a cell count in 0..16777216; not applied (using 0)\n", __func__, s);
-        return 0;
-    }();
-    return n;
-}
-
-template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false, bool v_i8 = false,
-          bool l2pf = false, bool first = false>
+template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false, bool v_i8 = false>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
-    const int64_t n_kv = dst->src[1]->ne[1];
-    const int nbatch = n_kv <= ggml_cuda_turbo_fa_nosplit_env() ? (int) n_kv : T;  // launch_fattn's KV tile: its split's unit
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, l2pf, first>, nwarps, 0, nbatch, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, l2pf, first>, nwarps, 0, nbatch, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, l2pf, first>, nwarps, 0, nbatch, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, l2pf, first>, nwarps, 0, nbatch, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -750,19 +725,9 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, type_K == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 7 && type_V == GGML_TYPE_TURBO4_0) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                } else if (var == 13 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                    if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {  // (instantiated for this pair only)
-                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                    }
-                } else if (var == 12 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                    if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {  // (instantiated for this pair only)
-                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, false, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                    }
-                } else if (var == 11 || var == 12) {  // 10 with the next tile prefetched into L2, every pair
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else if (var == 10) {  // 6 with int8 V, every pair
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                } else if (var == 6 || var == 8 || var == 9 || var == 13) {  // 8 and 9 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                } else if (var == 6 || var == 8 || var == 9) {  // 8 and 9 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));

@@ -47,7 +47,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const
 static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_mma_rows   = ggml_cuda_turbo_fa_mma_nwarps*32;  // KV rows per tile (4 warps x 32)
 
-#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these four
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these three
 // D (16x8 s32) += A (16x32 s8, row) * B (32x8 s8, col); fragments as in the PTX ISA for m16n8k32
 static __device__ __forceinline__ void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #ifdef AMPERE_MMA_AVAILABLE
@@ -81,10 +81,6 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_movmatrix(const uint3
     NO_DEVICE_CODE;
     return 0;
 #endif
-}
-// a hint: the 128-byte line holding p into L2 (no register, nothing waited on; l2pf below)
-static __device__ __forceinline__ void ggml_cuda_turbo_prefetch_l2(const void * p) {
-    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
 }
 #endif // GGML_CUDA_TURBO_HOST_CHECK
 
@@ -205,27 +201,6 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&
     }
 }
 
-// early_v: the raw words of this lane's V rows of a warp tile (V_tile: its row 2t; the P.V section reads
-// them from Vw): [mt][rp][r] = row 16 mt + 8 rp + r, words g, g+1, 9+g, 0, 8 of the row
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_v4_load(uint32_t (&Vw)[2][2][2][5], const char * V_tile, const int nb21_8,
-        const int nb21, const int g) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-        for (int rp = 0; rp < 2; ++rp) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const uint32_t * W = (const uint32_t *) (V_tile + (2*mt + rp)*nb21_8 + r*nb21);
-                Vw[mt][rp][r][0] = W[g];
-                Vw[mt][rp][r][1] = W[g + 1];
-                Vw[mt][rp][r][2] = W[9 + g];
-                Vw[mt][rp][r][3] = W[0];
-                Vw[mt][rp][r][4] = W[8];
-            }
-        }
-    }
-}
-
 // Staging (stage = true, variant 5): each warp copies the 32 K and 32 V rows of its NEXT tile into
 // shared memory with 16-byte cp.async while it works on the current one, so the decode reads
 // shared memory and the loads of a tile never wait on DRAM (variant 4 waits three times per tile:
@@ -264,16 +239,8 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // (the HSUB2 go to the FMA pipe); turbo3 and turbo2 V (each row looked up alone): 4 per 4 values
 // instead of 6. The V centroids then carry K's int8 precision (error <= step/2 =
 // max|c|/254, against turbo4's cells of ~0.26 sigma).
-// l2pf (variants 11 and 12): at the top of a tile each lane asks L2 for the lines of its row of the
-// warp's NEXT tile, K and V (prefetch.global.L2, first and last byte of the row): the bytes come
-// a tile ahead without holding registers (next_k's double buffer costs 34), so the kernel can keep
-// more warps per SM and its loads wait on L2 instead of DRAM.
-// first (variant 13, with next_k and early_v): the first tile's K words, mask values and V words are
-// asked for right after the launch dependency is met, before Q is loaded and quantized, so the block's
-// first DRAM wait overlaps Q's instead of following it; a tile's V words for the next tile are then
-// loaded at the end of this one (where the next tile's top would load them).
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false, bool l2pf = false, bool first = false>
+          bool v_i8 = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -347,26 +314,6 @@ static __global__ void flash_attn_ext_turbo_mma(
     float (*sh_acc)[G][D] = (float (*)[G][D]) sh_buf;
 
     ggml_cuda_pdl_sync();
-
-    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
-    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
-    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
-    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
-    const int nb11_8 = 8*nb11;
-    const int nb21_8 = 8*nb21;
-    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
-    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g;
-    // early_v: the V words of a tile (first: of the next tile, loaded at the end of this one)
-    uint32_t Kn[2][2][ggml_cuda_turbo_fa_mma_k4_nw];
-    uint16_t Mn[2][2];
-    uint32_t Vw[2][2][2][5];
-    static_assert(!first || (next_k && early_v), "first-tile loads ahead of Q: with next_k and early_v");
-    if constexpr (first) {
-        if (blockIdx.y*T < k_VKQ_max) {
-            ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
-            ggml_cuda_turbo_fa_mma_v4_load(Vw, V_lane + (int64_t) (blockIdx.y*T)*nb21, nb21_8, nb21, g);
-        }
-    }
     // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 4l..4l+3
     for (int h = warp; h < 8; h += nwarps) {
         float x[4];
@@ -431,6 +378,13 @@ static __global__ void flash_attn_ext_turbo_mma(
     const uint32_t x64 = ggml_cuda_turbo_fa_mma_opaque(0x64646464, ne00);  // v_i8: the high byte of fp16 1024 + xx
     GGML_UNUSED(x64);
 
+    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
+    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
+    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
+    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
+    const int nb11_8 = 8*nb11;
+    const int nb21_8 = 8*nb21;
+
     float O[NM][4];  // O^T: dims (sigma(i, g), sigma(i, g) + 1) x heads (2t, 2t+1)
 #pragma unroll
     for (int i = 0; i < NM; ++i) {
@@ -442,6 +396,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     float KQ_max[2] = { -FLT_MAX/2.0f, -FLT_MAX/2.0f };
     float KQ_sum[2] = { 0.0f, 0.0f };
 
+    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
     char * const stage_warp = sh_buf + warp*64*SL;  // tile buffer b of this warp: + b*nwarps*64*SL
     int buf = 0;
     if constexpr (stage) {
@@ -452,7 +407,10 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
         ggml_cuda_turbo_fa_dec_cp_commit();
     }
-    if constexpr (next_k && !first) {
+    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g
+    uint32_t Kn[2][2][ggml_cuda_turbo_fa_mma_k4_nw];
+    uint16_t Mn[2][2];
+    if constexpr (next_k) {
         static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
         if (blockIdx.y*T < k_VKQ_max) {
             ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
@@ -479,18 +437,6 @@ static __global__ void flash_attn_ext_turbo_mma(
                 ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
             }
         }
-        if constexpr (l2pf) {
-            static_assert(!stage, "L2 prefetch: rows from global memory");
-            const int kn = k0 + gridDim.y*T;
-            if (kn < k_VKQ_max) {
-                const char * Kp = K + (int64_t) (kn + warp*32 + lane)*nb11;
-                const char * Vp = V + (int64_t) (kn + warp*32 + lane)*nb21;
-                ggml_cuda_turbo_prefetch_l2(Kp);
-                ggml_cuda_turbo_prefetch_l2(Kp + RBK - 1);
-                ggml_cuda_turbo_prefetch_l2(Vp);
-                ggml_cuda_turbo_prefetch_l2(Vp + RBV - 1);
-            }
-        }
         const char * K_k0 = K_lane + (int64_t) k0*nb11;
         const char * V_k0 = V_lane + (int64_t) k0*nb21;
         const char * sK   = stage_warp + buf*nwarps*64*SL;  // staged: K rows in slots 0..31, V rows in 32..63
@@ -506,11 +452,24 @@ static __global__ void flash_attn_ext_turbo_mma(
             __syncwarp();                          // ... and those of the other lanes are visible
         }
 
-        // early_v: the raw words of this lane's V rows (the P.V section below reads them from Vw)
+        // early_v: the raw words of this lane's V rows (the P.V section below reads them from here)
+        uint32_t Vw[2][2][2][5];  // [mt][rp][r]: words g, g+1, 9+g, 0, 8 of the row
         if constexpr (early_v) {
             static_assert(V4 && !stage, "early V loads: turbo4 V, rows from global memory");
-            if constexpr (!first) {
-                ggml_cuda_turbo_fa_mma_v4_load(Vw, V_k0, nb21_8, nb21, g);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                for (int rp = 0; rp < 2; ++rp) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
+                        Vw[mt][rp][r][0] = W[g];
+                        Vw[mt][rp][r][1] = W[g + 1];
+                        Vw[mt][rp][r][2] = W[9 + g];
+                        Vw[mt][rp][r][3] = W[0];
+                        Vw[mt][rp][r][4] = W[8];
+                    }
+                }
             }
         }
 
@@ -706,12 +665,6 @@ static __global__ void flash_attn_ext_turbo_mma(
                         ggml_cuda_turbo_mma_f16(O[4*m + 2*s + kp], Av, Bv);
                     }
                 }
-            }
-        }
-        if constexpr (first) {  // the next tile's V words (this tile's were read above)
-            const int kn = k0 + gridDim.y*T;
-            if (kn < k_VKQ_max) {
-                ggml_cuda_turbo_fa_mma_v4_load(Vw, V_lane + (int64_t) kn*nb21, nb21_8, nb21, g);
             }
         }
         if constexpr (stage) {
