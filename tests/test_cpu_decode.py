@@ -1,11 +1,14 @@
 """The CPU's one-query decode with quantized caches (native/ggml/src/ggml-cpu/ggml-turbo-fa.h,
 ``ggml_turbo_fa_decode_chunk``): the Q heads that share a K/V head read each K and V row
-together, and the result is bit for bit that of ggml's per-head loop it replaces.
+together. With the per-row softmax (``GGML_TURBO_FA_GROUPED=exact``) the result is bit for bit
+that of ggml's per-head loop it replaces; with the default softmax per block of rows it is the
+same computation in another order, within float rounding of that loop.
 
 Real models (SmolLM2-135M: 9 Q / 3 KV heads; Qwen2.5-Coder-0.5B: 14 / 2, with K centering
 ``full``, whose K reaches attention as F32), real WikiText-2 text, the built engine. Each run
 is a child process, because the switch (``GGML_TURBO_FA_GROUPED``: ``0`` ggml's loop, ``log``
-the grouped path, saying so once on stderr) is read once per process.
+the grouped path with the block softmax, ``exact`` with the per-row one, both saying so once on
+stderr) is read once per process.
 """
 from __future__ import annotations
 
@@ -101,19 +104,22 @@ def wiki_tokens(model_file, wikitext, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name,cases", [
+_PAIRS = [
     # K turbo (decoded once for its heads) with V turbo / F16 / q8_0; K F16 and q8_0 (vec_dot per head) with V turbo
     ("smollm2-135m", [["turbo4", "turbo4", "off"], ["turbo3", "f16", "off"], ["turbo2", "q8_0", "off"],
                       ["f16", "turbo4", "off"], ["q8_0", "turbo3", "off"]]),
     # GQA 7; K centering full hands attention an F32 K
     ("qwen2.5-coder-0.5b", [["turbo4", "turbo4", "off"], ["turbo3", "turbo3", "full"]]),
-])
+]
+
+
+@pytest.mark.parametrize("name,cases", _PAIRS)
 def test_grouped_decode_is_bit_exact(wiki_tokens, tmp_path, name, cases):
     model, toks = wiki_tokens(name)
-    grouped, err_g = _run(model, toks, tmp_path / "grouped.npz", cases, "log")
+    grouped, err_g = _run(model, toks, tmp_path / "grouped.npz", cases, "exact")
     loop, err_l = _run(model, toks, tmp_path / "loop.npz", cases, "0")
-    assert "ggml_turbo_fa_decode_chunk: one-query decode with" in err_g, \
-        "the grouped decode never ran: " + err_g[-2000:]
+    assert "ggml_turbo_fa_decode_chunk: one-query decode with" in err_g and "softmax per row (exact)" in err_g, \
+        "the grouped decode (exact) never ran: " + err_g[-2000:]
     assert "ggml_turbo_fa_decode_chunk" not in err_l
     for key in loop:
         a, b = grouped[key], loop[key]
@@ -126,6 +132,68 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     x = x - x.max(axis=-1, keepdims=True)
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def _fa_check_exe(tmp_path: Path) -> Path:
+    """tests/cpu_host/fa_decode_check.cpp built against the installed engine's ggml (its headers from the
+    patched source tree, its libraries by their sonames, as libllama loads them)."""
+    import shutil
+
+    from tqgguf.builder.source import source_tree
+    from tqgguf.cachetypes import engine_library
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    inc = source_tree() / "vendor" / "llama.cpp" / "ggml" / "include"
+    libs = [engine_library(s) for s in ("ggml", "ggml-base", "ggml-cpu")]
+    if not (inc / "ggml.h").exists() or None in libs:
+        pytest.skip("no patched source tree or engine libraries (tqgguf build makes them)")
+    exe = tmp_path / "fa_decode_check"
+    cmd = [cxx, "-std=c++17", "-O1", f"-I{inc}", str(Path(__file__).parent / "cpu_host" / "fa_decode_check.cpp"),
+           *[str(p) for p in libs], f"-Wl,-rpath,{libs[0].parent}", "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return exe
+
+
+# (K, V, head dim, K/V heads, Q heads per K/V head, cells, cells not masked): SmolLM2's and Qwen2.5's
+# shapes, a head dim of 128, a last block cut by the mask and one row past a block; F16 / F32 K through
+# their own dots, an F16 V through F16 accumulators (ggml's loop keeps those for an F16 V)
+_OP_CASES = [("turbo4", "turbo4", 64, 3, 3, 768, 601), ("turbo3", "turbo3", 64, 2, 7, 1024, 1024),
+             ("f16", "turbo4", 64, 3, 3, 768, 700), ("q8_0", "turbo3", 128, 2, 4, 640, 513),
+             ("turbo2", "q8_0", 128, 1, 8, 512, 497), ("turbo4", "f16", 64, 2, 7, 768, 640),
+             ("f32", "turbo4", 64, 2, 7, 512, 512)]
+
+
+@pytest.mark.parametrize("tk,tv,d,hkv,g,nkv,nvalid", _OP_CASES)
+def test_block_softmax_decode_is_the_loop_within_rounding(tmp_path, tk, tv, d, hkv, g, nkv, nvalid):
+    """One decode call on the CPU backend (tests/cpu_host/fa_decode_check.cpp) in the three modes: the
+    per-row softmax (``exact``) is bit for bit ggml's loop (``0``); the default block softmax equals it
+    within float rounding (relative 1e-5 of the output's largest value with F32 accumulators, 3e-3 with
+    the F16 accumulators of an F16 V) and is as close as it to attention in double precision (NMSE).
+    A block that skipped its rescale, a row, or a head would be off by far more."""
+    from tqgguf.cachetypes import ggml_type_id
+
+    exe = _fa_check_exe(tmp_path)
+    out, nmse = {}, {}
+    for mode in ("0", "exact", "1", "log"):
+        f = tmp_path / f"out-{mode}.bin"
+        r = subprocess.run([str(exe), str(f), str(ggml_type_id(tk)), str(ggml_type_id(tv)), str(d), str(hkv), str(g),
+                            str(nkv), str(nvalid)], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, GGML_TURBO_FA_GROUPED=mode))
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[mode], nmse[mode] = np.fromfile(f, dtype=np.float32), float(r.stdout.split()[-1])
+        if mode == "log":
+            assert "softmax per block" in r.stderr, r.stderr[-2000:]
+    loop, exact, block = out["0"], out["exact"], out["1"]
+    assert loop.shape == (d*hkv*g,) and np.isfinite(block).all()
+    assert np.array_equal(exact.view(np.uint32), loop.view(np.uint32))
+    assert np.array_equal(out["log"].view(np.uint32), block.view(np.uint32))
+    tol = 3e-3 if tv == "f16" else 1e-5
+    rel = float(np.abs(block - loop).max() / np.abs(loop).max())
+    assert rel < tol, f"block softmax {rel:.2e} of the largest output from ggml's loop"
+    assert nmse["1"] < 1.5*nmse["0"] + 1e-12, f"NMSE block {nmse['1']:.3e} against loop {nmse['0']:.3e}"
 
 
 def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path):

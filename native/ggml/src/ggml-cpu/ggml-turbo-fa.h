@@ -75,9 +75,16 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 // Q head, so with GQA every K row is decoded and dotted once per Q head (vec_dot) and every V
 // row decoded once per Q head (to_float): 3 times per row for SmolLM2-135M (9 Q / 3 KV heads),
 // 7 times for Qwen2.5-0.5B (14 / 2). Here a turbo K row is decoded once for its G heads
-// (ggml_turbo_vec_dot_multi) and a quantized V row once (to_float), then each head's online
-// softmax step runs exactly as ggml's: the same floats in the same order, so the partials
-// (M, S, VKQ per head and chunk) are bit for bit those of the loop it replaces.
+// (ggml_turbo_vec_dot_multi) and a quantized V row once (to_float). The softmax then runs one of two
+// ways (GGML_TURBO_FA_GROUPED below):
+//   block (the default): the scores of GGML_TURBO_FA_DEC_BLOCK rows for each head first, then one
+//     running-max update per head and block and the block's weights by ggml_vec_soft_max_f32 (ggml's
+//     SIMD exp, as its soft_max op and the tiled path use): per row and head no scalar expf and no
+//     branch on a new maximum. The same quantities in another order and through another exp: the
+//     digits differ from ggml's loop within float rounding (tests/test_cpu_decode.py bounds it);
+//   exact: each head's online softmax step exactly as ggml's loop (expf per row, the accumulator
+//     rescaled at every new maximum): the same floats in the same order, so the partials (M, S, VKQ
+//     per head and chunk) are bit for bit those of the loop it replaces.
 //
 // Returns false, having written nothing, where it does not apply: K and V both F16/F32 (ggml's
 // own loop, unchanged), K and V with different head counts, more than GGML_TURBO_FA_DEC_MAX_G
@@ -92,21 +99,30 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 
 static constexpr int64_t GGML_TURBO_FA_DEC_SCRATCH = 16384;  // floats on the stack (64 KiB)
 static constexpr int64_t GGML_TURBO_FA_DEC_MAX_G     = 64;     // Q heads per K/V head
+static constexpr int64_t GGML_TURBO_FA_DEC_BLOCK     = 16;     // rows per softmax block (one AVX-512 vector of scores)
 
-// GGML_TURBO_FA_GROUPED (env, read once): 1 (or unset) on; 0 turns this path off (ggml's per-head
-// loop, for A/B runs: the two agree bit for bit, tests/test_cpu_decode.py); log keeps it on and says
-// on stderr, once per process, that it ran and for which types; another value: a warning, then on
-static inline int ggml_turbo_fa_grouped_mode() {  // 0 off, 1 on, 2 on and log
+// GGML_TURBO_FA_GROUPED (env, read once): 1 (or unset) on, block softmax; exact: on, each row's
+// softmax step as ggml's loop (bit for bit its partials: tests/test_cpu_decode.py); 0 turns this path
+// off (ggml's per-head loop, for A/B runs); log: on (block) and says on stderr, once per process, that
+// it ran and for which types; another value: a warning, then on
+enum { GGML_TURBO_FA_GROUPED_OFF, GGML_TURBO_FA_GROUPED_BLOCK, GGML_TURBO_FA_GROUPED_LOG, GGML_TURBO_FA_GROUPED_EXACT };
+static inline int ggml_turbo_fa_grouped_mode() {
     static const int mode = [] {
         const char * e = getenv("GGML_TURBO_FA_GROUPED");
         if (e == nullptr || *e == '\0' || strcmp(e, "1") == 0) {
-            return 1;
+            return (int) GGML_TURBO_FA_GROUPED_BLOCK;
         }
-        if (strcmp(e, "0") == 0 || strcmp(e, "log") == 0) {
-            return e[0] == '0' ? 0 : 2;
+        if (strcmp(e, "0") == 0) {
+            return (int) GGML_TURBO_FA_GROUPED_OFF;
         }
-        fprintf(stderr, "ggml_turbo_fa: GGML_TURBO_FA_GROUPED=%s is not one of 0, 1, log; using 1\n", e);
-        return 1;
+        if (strcmp(e, "log") == 0) {
+            return (int) GGML_TURBO_FA_GROUPED_LOG;
+        }
+        if (strcmp(e, "exact") == 0) {
+            return (int) GGML_TURBO_FA_GROUPED_EXACT;
+        }
+        fprintf(stderr, "ggml_turbo_fa: GGML_TURBO_FA_GROUPED=%s is not one of 0, 1, log, exact; using 1\n", e);
+        return (int) GGML_TURBO_FA_GROUPED_BLOCK;
     }();
     return mode;
 }
@@ -211,7 +227,8 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
     const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
     const int64_t DK = k->ne[0], DV = v->ne[0];
     const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
-    if ((k_plain && v_plain) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 || ggml_turbo_fa_grouped_mode() == 0) {
+    const int mode = ggml_turbo_fa_grouped_mode();
+    if ((k_plain && v_plain) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 || mode == GGML_TURBO_FA_GROUPED_OFF) {
         return false;
     }
     const int64_t G = n_head / n_head_kv;  // Q heads per K/V head
@@ -241,12 +258,12 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
     const bool k_multi = ggml_turbo_fa_is_turbo(k->type) && k_vec_dot_type == GGML_TYPE_F32;
     const bool v_f16   = v->type == GGML_TYPE_F16;
 
-    if (ggml_turbo_fa_grouped_mode() == 2) {
+    if (mode == GGML_TURBO_FA_GROUPED_LOG || mode == GGML_TURBO_FA_GROUPED_EXACT) {
         static std::atomic<bool> said{false};
         if (!said.exchange(true)) {
-            fprintf(stderr, "ggml_turbo_fa_decode_chunk: one-query decode with %d Q heads per K/V head, K %s (%s), V %s\n",
+            fprintf(stderr, "ggml_turbo_fa_decode_chunk: one-query decode with %d Q heads per K/V head, K %s (%s), V %s, softmax %s\n",
                     (int) G, ggml_type_name(k->type), k_multi ? "decoded once per row" : k_f16 ? "loaded once per row" : "vec_dot per head",
-                    ggml_type_name(v->type));
+                    ggml_type_name(v->type), mode == GGML_TURBO_FA_GROUPED_EXACT ? "per row (exact)" : "per block");
         }
     }
 
@@ -279,7 +296,116 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         const char * k_head = (const char *) k->data + ik2*k->nb[2];
         const char * v_head = (const char *) v->data + ik2*v->nb[2];
 
-        for (int64_t ic = ic_start; ic < ic_end; ++ic) {
+        // the scores of this row for the G heads (the dot products as the exact mode takes them)
+        auto row_scores = [&](int64_t ic, const char * k_data, float * out) {
+            if (k_multi) {
+                ggml_turbo_vec_dot_multi(k->type, (int) DK, (int) G, s, k_data, Qb, DK);
+            } else if (k_f16) {
+                ggml_turbo_fa_dot_f16_multi((int) DK, (int) G, s, (const ggml_fp16_t *) k_data, (const ggml_fp16_t *) Qb, 2*DK, Qf, DK);
+            }
+            for (int64_t j = 0; j < G; ++j) {
+                const float mv = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
+                float sj;
+                if (mv == -INFINITY) {
+                    out[j*GGML_TURBO_FA_DEC_BLOCK] = -INFINITY;
+                    continue;
+                }
+                if (k_multi || k_f16) {
+                    sj = s[j];
+                } else {
+                    kq_vec_dot((int) DK, &sj, 0, k_data, 0, Qb + j*DK, 0, 1);
+                }
+                sj = sj*scale;
+                if (logit_softcap != 0.0f) {
+                    sj = logit_softcap*tanhf(sj);
+                }
+                out[j*GGML_TURBO_FA_DEC_BLOCK] = sj + mv;
+            }
+        };
+        for (int64_t ic0 = ic_start; mode != GGML_TURBO_FA_GROUPED_EXACT && ic0 < ic_end; ic0 += GGML_TURBO_FA_DEC_BLOCK) {
+            constexpr int64_t NB = GGML_TURBO_FA_DEC_BLOCK;
+            const int64_t nb = ic_end - ic0 < NB ? ic_end - ic0 : NB;
+            alignas(64) float W[GGML_TURBO_FA_DEC_MAX_G][NB];  // scores, then weights, [head][row]
+            bool live[NB];
+            bool any_live = false;
+            for (int64_t b = 0; b < nb; ++b) {
+                const int64_t ic = ic0 + b;
+                bool any = false;
+                for (int64_t j = 0; j < G; ++j) {
+                    any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);
+                }
+                live[b] = any;
+                if (!any) {
+                    for (int64_t j = 0; j < G; ++j) {
+                        W[j][b] = -INFINITY;
+                    }
+                    continue;
+                }
+                any_live = true;
+                row_scores(ic, k_head + ic*k->nb[1], &W[0][b]);
+            }
+            if (!any_live) {
+                continue;
+            }
+            // per head: one running-max update for the block, then its weights exp(s - M) and their sum
+            for (int64_t j = 0; j < G; ++j) {
+                float mb = -INFINITY;
+                for (int64_t b = 0; b < nb; ++b) {
+                    mb = W[j][b] > mb ? W[j][b] : mb;
+                }
+                if (mb == -INFINITY) {  // every row of the block masked for this head: weights 0
+                    for (int64_t b = 0; b < nb; ++b) {
+                        W[j][b] = 0.0f;
+                    }
+                    continue;
+                }
+                if (mb > M[j]) {
+                    const float ms = expf(M[j] - mb);  // 0 for the first rows (M = -inf)
+                    M[j] = mb;
+                    S[j] *= ms;
+                    if (v_f16) {
+                        ggml_vec_scale_f16((int) DV, (ggml_fp16_t *) (VKQ + j*DV), ms);
+                    } else {
+                        ggml_vec_scale_f32((int) DV, VKQ + j*DV, ms);
+                    }
+                }
+                S[j] += (float) ggml_vec_soft_max_f32((int) nb, W[j], W[j], M[j]);
+            }
+            // each row's V, decoded once, added to the heads that weigh it
+            for (int64_t b = 0; b < nb; ++b) {
+                if (!live[b]) {
+                    continue;
+                }
+                const char * v_data = v_head + (ic0 + b)*v->nb[1];
+                int   na = 0;
+                int   ha[GGML_TURBO_FA_DEC_MAX_G];
+                float va[GGML_TURBO_FA_DEC_MAX_G];
+                for (int64_t j = 0; j < G; ++j) {
+                    if (W[j][b] != 0.0f) {
+                        ha[na] = (int) j;
+                        va[na] = W[j][b];
+                        ++na;
+                    }
+                }
+                if (na == 0) {
+                    continue;
+                }
+                if (v_f16) {
+                    for (int a = 0; a < na; ++a) {
+                        ggml_vec_mad_f16((int) DV, (ggml_fp16_t *) (VKQ + ha[a]*DV), (const ggml_fp16_t *) v_data, va[a]);
+                    }
+                } else {
+                    const float * vrow = (const float *) v_data;
+                    if (v_to_float) {
+                        v_to_float(v_data, V32, DV);
+                        vrow = V32;
+                    }
+                    ggml_turbo_fa_mad_f32_multi((int) DV, VKQ, DV, vrow, va, ha, na);
+                }
+            }
+        }
+
+        for (int64_t ic = ic_start; mode == GGML_TURBO_FA_GROUPED_EXACT && ic < ic_end; ++ic) {
             bool any = false;
             for (int64_t j = 0; j < G; ++j) {
                 any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);

@@ -1,0 +1,109 @@
+// tqgguf: one FLASH_ATTN_EXT decode (one query) on ggml's CPU backend, the engine's own library, so the
+// one-query decode of native/ggml/src/ggml-cpu/ggml-turbo-fa.h runs in whichever GGML_TURBO_FA_GROUPED
+// mode the environment sets. Q, K and V are Gaussian (seeded), K and V written to the cache types by
+// ggml_cpy; the last n_kv - n_valid cells are masked (-inf). Writes the output floats (F32, [D, heads])
+// to OUT and prints the NMSE against attention in double precision over the values the cache holds.
+//
+//   fa_decode_check OUT TYPE_K TYPE_V D N_HEAD_KV G N_KV N_VALID   (types as ggml_type numbers)
+#include "ggml.h"
+#include "ggml-cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+int main(int argc, char ** argv) {
+    if (argc != 9) {
+        fprintf(stderr, "usage: %s OUT TYPE_K TYPE_V D N_HEAD_KV G N_KV N_VALID\n", argv[0]);
+        return 2;
+    }
+    const ggml_type tk = (ggml_type) atoi(argv[2]), tv = (ggml_type) atoi(argv[3]);
+    const int D = atoi(argv[4]), hkv = atoi(argv[5]), G = atoi(argv[6]), nkv = atoi(argv[7]), nvalid = atoi(argv[8]);
+    const float scale = 1.0f/sqrtf((float) D);
+    ggml_init_params ip = { (size_t) 64*D*nkv*hkv*8 + (64u << 20), nullptr, false };
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * q  = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, 1, hkv*G, 1);
+    ggml_tensor * kf = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, nkv, hkv, 1);
+    ggml_tensor * vf = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, nkv, hkv, 1);
+    ggml_tensor * k  = ggml_new_tensor_4d(ctx, tk, D, nkv, hkv, 1);
+    ggml_tensor * v  = ggml_new_tensor_4d(ctx, tv, D, nkv, hkv, 1);
+    ggml_tensor * m  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, nkv, 1, 1, 1);
+    std::mt19937 rng(20);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int i = 0; i < D*hkv*G; ++i) {
+        ((float *) q->data)[i] = 2.0f*nd(rng);  // sharper than N(0, 1): a softmax that is not flat
+    }
+    for (int i = 0; i < D*nkv*hkv; ++i) {
+        ((float *) kf->data)[i] = nd(rng);
+        ((float *) vf->data)[i] = nd(rng);
+    }
+    for (int i = 0; i < nkv; ++i) {
+        ((ggml_fp16_t *) m->data)[i] = ggml_fp32_to_fp16(i < nvalid ? 0.0f : -INFINITY);
+    }
+    ggml_cgraph * g0 = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g0, ggml_cpy(ctx, kf, k));
+    ggml_build_forward_expand(g0, ggml_cpy(ctx, vf, v));
+    ggml_graph_compute_with_ctx(ctx, g0, 2);
+    ggml_tensor * fa = ggml_flash_attn_ext(ctx, q, k, v, m, scale, 0.0f, 0.0f);
+    ggml_cgraph * g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, fa);
+    ggml_graph_compute_with_ctx(ctx, g, 2);  // two threads: two KV chunks, their partials merged
+    FILE * f = fopen(argv[1], "wb");
+    if (!f || fwrite(fa->data, 1, ggml_nbytes(fa), f) != ggml_nbytes(fa)) {
+        fprintf(stderr, "cannot write %s\n", argv[1]);
+        return 1;
+    }
+    fclose(f);
+
+    std::vector<float> kd((size_t) D*nkv*hkv), vd((size_t) D*nkv*hkv);
+    auto decode = [&](const ggml_tensor * t, std::vector<float> & o) {
+        for (int r = 0; r < nkv*hkv; ++r) {
+            const char * row = (const char *) t->data + (size_t) r*t->nb[1];
+            if (t->type == GGML_TYPE_F16) {
+                for (int i = 0; i < D; ++i) {
+                    o[(size_t) r*D + i] = ggml_fp16_to_fp32(((const ggml_fp16_t *) row)[i]);
+                }
+            } else if (t->type == GGML_TYPE_F32) {
+                for (int i = 0; i < D; ++i) {
+                    o[(size_t) r*D + i] = ((const float *) row)[i];
+                }
+            } else {
+                ggml_get_type_traits(t->type)->to_float(row, o.data() + (size_t) r*D, D);
+            }
+        }
+    };
+    decode(k, kd);
+    decode(v, vd);
+    double err = 0.0, nrm = 0.0;
+    for (int h = 0; h < hkv*G; ++h) {
+        const int kh = h / G;
+        std::vector<double> s(nvalid), o(D, 0.0);
+        double mx = -INFINITY, S = 0.0;
+        for (int c = 0; c < nvalid; ++c) {
+            double d = 0.0;
+            for (int i = 0; i < D; ++i) {
+                d += (double) ((const float *) q->data)[h*D + i]*kd[((size_t) kh*nkv + c)*D + i];
+            }
+            s[c] = d*scale;
+            mx = std::max(mx, s[c]);
+        }
+        for (int c = 0; c < nvalid; ++c) {
+            const double w = exp(s[c] - mx);
+            S += w;
+            for (int i = 0; i < D; ++i) {
+                o[i] += w*vd[((size_t) kh*nkv + c)*D + i];
+            }
+        }
+        for (int i = 0; i < D; ++i) {
+            const double ref = o[i]/S, got = ((const float *) fa->data)[h*D + i];
+            err += (got - ref)*(got - ref);
+            nrm += ref*ref;
+        }
+    }
+    printf("NMSE %.6e\n", err/nrm);
+    ggml_free(ctx);
+    return 0;
+}
