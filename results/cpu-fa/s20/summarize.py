@@ -12,6 +12,9 @@ head = None
 for line in open(sys.argv[1]):
     if line.startswith("## round"):
         f = line.split()
+        if "DISTURBED" in line:  # a run marked as disturbed by another process: left out
+            head = None
+            continue
         head = " ".join(f[3:8])  # model K/V GROUPED=m dD k_center=...
     elif head and "tg32" in line:
         runs[head].append(float(re.search(r"\|\s+([\d.]+) ± ", line).group(1)))
