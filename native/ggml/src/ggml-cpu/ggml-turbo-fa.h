@@ -296,18 +296,28 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         const char * k_head = (const char *) k->data + ik2*k->nb[2];
         const char * v_head = (const char *) v->data + ik2*v->nb[2];
 
-        // the scores of this row for the G heads (the dot products as the exact mode takes them)
-        auto row_scores = [&](int64_t ic, const char * k_data, float * out) {
+        // whether row ic is visible to any of the G heads (a row masked for all of them is skipped)
+        auto row_live = [&](int64_t ic) {
+            bool any = false;
+            for (int64_t j = 0; j < G; ++j) {
+                any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);
+            }
+            return any;
+        };
+        // the scores of row ic for the G heads, scaled, capped and masked as ggml's loop computes them
+        // (-inf for a head the mask hides), head j at out[j*stride]
+        auto row_scores = [&](int64_t ic, float * out, int64_t stride) {
+            const char * k_data = k_head + ic*k->nb[1];
             if (k_multi) {
                 ggml_turbo_vec_dot_multi(k->type, (int) DK, (int) G, s, k_data, Qb, DK);
-            } else if (k_f16) {
+            } else if (k_f16) {  // Qb's rows hold F16 (q_to_vec_dot) DK floats = 2 DK halves apart; Qf the same as F32
                 ggml_turbo_fa_dot_f16_multi((int) DK, (int) G, s, (const ggml_fp16_t *) k_data, (const ggml_fp16_t *) Qb, 2*DK, Qf, DK);
             }
             for (int64_t j = 0; j < G; ++j) {
                 const float mv = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
                 float sj;
                 if (mv == -INFINITY) {
-                    out[j*GGML_TURBO_FA_DEC_BLOCK] = -INFINITY;
+                    out[j*stride] = -INFINITY;
                     continue;
                 }
                 if (k_multi || k_f16) {
@@ -319,7 +329,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
                 if (logit_softcap != 0.0f) {
                     sj = logit_softcap*tanhf(sj);
                 }
-                out[j*GGML_TURBO_FA_DEC_BLOCK] = sj + mv;
+                out[j*stride] = sj + mv;
             }
         };
         for (int64_t ic0 = ic_start; mode != GGML_TURBO_FA_GROUPED_EXACT && ic0 < ic_end; ic0 += GGML_TURBO_FA_DEC_BLOCK) {
@@ -329,20 +339,15 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             bool live[NB];
             bool any_live = false;
             for (int64_t b = 0; b < nb; ++b) {
-                const int64_t ic = ic0 + b;
-                bool any = false;
-                for (int64_t j = 0; j < G; ++j) {
-                    any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);
-                }
-                live[b] = any;
-                if (!any) {
+                live[b] = row_live(ic0 + b);
+                if (!live[b]) {
                     for (int64_t j = 0; j < G; ++j) {
                         W[j][b] = -INFINITY;
                     }
                     continue;
                 }
                 any_live = true;
-                row_scores(ic, k_head + ic*k->nb[1], &W[0][b]);
+                row_scores(ic0 + b, &W[0][b], NB);
             }
             if (!any_live) {
                 continue;
@@ -406,39 +411,20 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         }
 
         for (int64_t ic = ic_start; mode == GGML_TURBO_FA_GROUPED_EXACT && ic < ic_end; ++ic) {
-            bool any = false;
-            for (int64_t j = 0; j < G; ++j) {
-                any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);
-            }
-            if (!any) {
+            if (!row_live(ic)) {
                 continue;
             }
-            const char * k_data = k_head + ic*k->nb[1];
             const char * v_data = v_head + ic*v->nb[1];
-            if (k_multi) {
-                ggml_turbo_vec_dot_multi(k->type, (int) DK, (int) G, s, k_data, Qb, DK);
-            } else if (k_f16) {  // Qb's rows hold F16 (q_to_vec_dot) DK floats = 2 DK halves apart; Qf the same as F32
-                ggml_turbo_fa_dot_f16_multi((int) DK, (int) G, s, (const ggml_fp16_t *) k_data, (const ggml_fp16_t *) Qb, 2*DK, Qf, DK);
-            }
+            float sr[GGML_TURBO_FA_DEC_MAX_G];
+            row_scores(ic, sr, 1);
             int   na = 0;                                // F32 accumulators: the heads this row adds to,
             int   ha[GGML_TURBO_FA_DEC_MAX_G];          // and its weight for each (one V pass for all)
             float va[GGML_TURBO_FA_DEC_MAX_G];
             for (int64_t j = 0; j < G; ++j) {
-                const float mv = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
-                if (mv == -INFINITY) {
+                const float sj = sr[j];
+                if (sj == -INFINITY) {  // masked for this head
                     continue;
                 }
-                float sj;
-                if (k_multi || k_f16) {
-                    sj = s[j];
-                } else {
-                    kq_vec_dot((int) DK, &sj, 0, k_data, 0, Qb + j*DK, 0, 1);
-                }
-                sj = sj*scale;
-                if (logit_softcap != 0.0f) {
-                    sj = logit_softcap*tanhf(sj);
-                }
-                sj += mv;
 
                 const float Mold    = M[j];
                 const bool  new_max = sj > Mold;
