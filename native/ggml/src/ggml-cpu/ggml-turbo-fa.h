@@ -296,17 +296,20 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         const char * k_head = (const char *) k->data + ik2*k->nb[2];
         const char * v_head = (const char *) v->data + ik2*v->nb[2];
 
-        // whether row ic is visible to any of the G heads (a row masked for all of them is skipped)
-        auto row_live = [&](int64_t ic) {
+        // the scores of row ic for the G heads, scaled, capped and masked as ggml's loop computes them
+        // (-inf for a head the mask hides), head j at out[j*stride]; false, with no dot product taken,
+        // for a row the mask hides from all G heads (ggml's loop skips it too)
+        auto row_scores = [&](int64_t ic, float * out, int64_t stride) {
+            float mv[GGML_TURBO_FA_DEC_MAX_G];
             bool any = false;
             for (int64_t j = 0; j < G; ++j) {
-                any |= !(mp[j] && slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) == -INFINITY);
+                mv[j] = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
+                out[j*stride] = -INFINITY;
+                any |= mv[j] != -INFINITY;
             }
-            return any;
-        };
-        // the scores of row ic for the G heads, scaled, capped and masked as ggml's loop computes them
-        // (-inf for a head the mask hides), head j at out[j*stride]
-        auto row_scores = [&](int64_t ic, float * out, int64_t stride) {
+            if (!any) {
+                return false;
+            }
             const char * k_data = k_head + ic*k->nb[1];
             if (k_multi) {
                 ggml_turbo_vec_dot_multi(k->type, (int) DK, (int) G, s, k_data, Qb, DK);
@@ -314,12 +317,10 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
                 ggml_turbo_fa_dot_f16_multi((int) DK, (int) G, s, (const ggml_fp16_t *) k_data, (const ggml_fp16_t *) Qb, 2*DK, Qf, DK);
             }
             for (int64_t j = 0; j < G; ++j) {
-                const float mv = mp[j] ? slope[j]*GGML_CPU_FP16_TO_FP32(mp[j][ic]) : 0.0f;
-                float sj;
-                if (mv == -INFINITY) {
-                    out[j*stride] = -INFINITY;
+                if (mv[j] == -INFINITY) {
                     continue;
                 }
+                float sj;
                 if (k_multi || k_f16) {
                     sj = s[j];
                 } else {
@@ -329,8 +330,9 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
                 if (logit_softcap != 0.0f) {
                     sj = logit_softcap*tanhf(sj);
                 }
-                out[j*stride] = sj + mv;
+                out[j*stride] = sj + mv[j];
             }
+            return true;
         };
         for (int64_t ic0 = ic_start; mode != GGML_TURBO_FA_GROUPED_EXACT && ic0 < ic_end; ic0 += GGML_TURBO_FA_DEC_BLOCK) {
             constexpr int64_t NB = GGML_TURBO_FA_DEC_BLOCK;
@@ -339,15 +341,8 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             bool live[NB];
             bool any_live = false;
             for (int64_t b = 0; b < nb; ++b) {
-                live[b] = row_live(ic0 + b);
-                if (!live[b]) {
-                    for (int64_t j = 0; j < G; ++j) {
-                        W[j][b] = -INFINITY;
-                    }
-                    continue;
-                }
-                any_live = true;
-                row_scores(ic0 + b, &W[0][b], NB);
+                live[b] = row_scores(ic0 + b, &W[0][b], NB);
+                any_live |= live[b];
             }
             if (!any_live) {
                 continue;
@@ -411,12 +406,11 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         }
 
         for (int64_t ic = ic_start; mode == GGML_TURBO_FA_GROUPED_EXACT && ic < ic_end; ++ic) {
-            if (!row_live(ic)) {
+            float sr[GGML_TURBO_FA_DEC_MAX_G];
+            if (!row_scores(ic, sr, 1)) {
                 continue;
             }
             const char * v_data = v_head + ic*v->nb[1];
-            float sr[GGML_TURBO_FA_DEC_MAX_G];
-            row_scores(ic, sr, 1);
             int   na = 0;                                // F32 accumulators: the heads this row adds to,
             int   ha[GGML_TURBO_FA_DEC_MAX_G];          // and its weight for each (one V pass for all)
             float va[GGML_TURBO_FA_DEC_MAX_G];
