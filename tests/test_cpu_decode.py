@@ -134,27 +134,33 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def _fa_check_exe(tmp_path: Path) -> Path:
-    """tests/cpu_host/fa_decode_check.cpp built against the installed engine's ggml (its headers from the
-    patched source tree, its libraries by their sonames, as libllama loads them)."""
+def _cpu_host_exe(out_dir: Path, name: str, flags=(), includes=()) -> Path:
+    """tests/cpu_host/NAME.cpp built against the installed engine's libggml, libggml-cpu and libggml-base
+    (the patched source tree's ggml headers, and INCLUDES before them); skips without a C++ compiler or a
+    built engine and tree."""
     import shutil
 
     from tqgguf.builder.source import source_tree
-    from tqgguf.cachetypes import engine_library
+    from tqgguf.cachetypes import _lib_dir
 
     cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
     inc = source_tree() / "vendor" / "llama.cpp" / "ggml" / "include"
-    libs = [engine_library(s) for s in ("ggml", "ggml-base", "ggml-cpu")]
-    if not (inc / "ggml.h").exists() or None in libs:
-        pytest.skip("no patched source tree or engine libraries (tqgguf build makes them)")
-    exe = tmp_path / "fa_decode_check"
-    cmd = [cxx, "-std=c++17", "-O1", f"-I{inc}", str(Path(__file__).parent / "cpu_host" / "fa_decode_check.cpp"),
-           *[str(p) for p in libs], f"-Wl,-rpath,{libs[0].parent}", "-o", str(exe)]
+    lib = _lib_dir()
+    if cxx is None or not (inc / "ggml.h").exists() or not any(lib.glob("libggml-cpu.*")):
+        pytest.skip(f"no C++ compiler, no patched tree ({inc}) or no engine libraries in {lib} (tqgguf build makes them)")
+    exe = out_dir / name
+    root = Path(__file__).resolve().parents[1]
+    cmd = [cxx, *flags, *[f"-I{d}" for d in includes], f"-I{inc}", str(root / "tests" / "cpu_host" / f"{name}.cpp"),
+           f"-L{lib}", "-lggml", "-lggml-cpu", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-3000:]
     return exe
+
+
+@pytest.fixture(scope="module")
+def fa_decode_check(tmp_path_factory) -> Path:
+    """tests/cpu_host/fa_decode_check.cpp, built once for the cases below."""
+    return _cpu_host_exe(tmp_path_factory.mktemp("fa_decode_check"), "fa_decode_check", flags=("-std=c++17", "-O1"))
 
 
 # (K, V, head dim, K/V heads, Q heads per K/V head, cells, cells not masked): SmolLM2's and Qwen2.5's
@@ -167,7 +173,7 @@ _OP_CASES = [("turbo4", "turbo4", 64, 3, 3, 768, 601), ("turbo3", "turbo3", 64, 
 
 
 @pytest.mark.parametrize("tk,tv,d,hkv,g,nkv,nvalid", _OP_CASES)
-def test_block_softmax_decode_is_the_loop_within_rounding(tmp_path, tk, tv, d, hkv, g, nkv, nvalid):
+def test_block_softmax_decode_is_the_loop_within_rounding(fa_decode_check, tmp_path, tk, tv, d, hkv, g, nkv, nvalid):
     """One decode call on the CPU backend (tests/cpu_host/fa_decode_check.cpp) in the three modes: the
     per-row softmax (``exact``) is bit for bit ggml's loop (``0``); the default block softmax equals it
     within float rounding (relative 1e-5 of the output's largest value with F32 accumulators, 3e-3 with
@@ -175,7 +181,7 @@ def test_block_softmax_decode_is_the_loop_within_rounding(tmp_path, tk, tv, d, h
     A block that skipped its rescale, a row, or a head would be off by far more."""
     from tqgguf.cachetypes import ggml_type_id
 
-    exe = _fa_check_exe(tmp_path)
+    exe = fa_decode_check
     out, nmse = {}, {}
     for mode in ("0", "exact", "1", "log"):
         f = tmp_path / f"out-{mode}.bin"
@@ -227,29 +233,21 @@ def test_multi_head_helpers_equal_ggml_per_head(tmp_path):
     tests/cpu_host/fa_multi_check.cpp, compiled with the flags the engine compiled vec.cpp with
     (its compile_commands.json: the ISA and the floating-point contraction of -std=gnu++17)."""
     import shlex
-    import shutil
 
     from tqgguf.builder.source import source_tree
-    from tqgguf.cachetypes import _lib_dir
     from tqgguf.fsutil import cache_dir
 
-    cxx = shutil.which("g++") or shutil.which("c++")
     tree = source_tree() / "vendor" / "llama.cpp"
     cc = cache_dir() / "build" / "cpu" / "compile_commands.json"
-    if cxx is None or not cc.exists() or not (tree / "ggml" / "src" / "ggml-cpu" / "vec.h").exists():
-        pytest.skip(f"no C++ compiler, no CPU engine build ({cc}) or no patched tree ({tree})")
+    if not cc.exists() or not (tree / "ggml" / "src" / "ggml-cpu" / "vec.h").exists():
+        pytest.skip(f"no CPU engine build ({cc}) or no patched tree ({tree})")
     entry = next(e for e in json.loads(cc.read_text()) if e["file"].endswith("ggml-cpu/vec.cpp"))
     args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
     flags = [a for a in args if a.startswith(("-m", "-std=", "-O", "-ffp-contract"))]  # ISA, language, optimization
-    lib = _lib_dir()
-    exe = tmp_path / "fa_multi_check"
     ROOT = Path(__file__).resolve().parents[1]
-    cmd = [cxx, *flags, f"-I{ROOT / 'native/ggml/src/ggml-cpu'}", f"-I{ROOT / 'native/ggml/src'}",
-           f"-I{tree / 'ggml/src/ggml-cpu'}", f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}",
-           str(ROOT / "tests/cpu_host/fa_multi_check.cpp"), f"-L{lib}", "-lggml-cpu", "-lggml-base",
-           f"-Wl,-rpath,{lib}", "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-3000:]
+    exe = _cpu_host_exe(tmp_path, "fa_multi_check", flags=flags,
+                        includes=(ROOT / "native/ggml/src/ggml-cpu", ROOT / "native/ggml/src",
+                                  tree / "ggml/src/ggml-cpu", tree / "ggml/src"))
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "all OK" in r.stdout, r.stdout[-3000:] + r.stderr[-1000:]
     assert r.stdout.count("OK   dot_f16_multi") == 24 and r.stdout.count("OK   mad_f32_multi") == 24
