@@ -134,10 +134,10 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def _cpu_host_exe(out_dir: Path, name: str, flags=(), includes=()) -> Path:
+def _cpu_host_exe(out_dir: Path, name: str, flags=(), includes=(), libs=()) -> Path:
     """tests/cpu_host/NAME.cpp built against the installed engine's libggml, libggml-cpu and libggml-base
-    (the patched source tree's ggml headers, and INCLUDES before them); skips without a C++ compiler or a
-    built engine and tree."""
+    (and LIBS before them, e.g. "llama"; the patched source tree's ggml headers, and INCLUDES before them);
+    skips without a C++ compiler or a built engine and tree."""
     import shutil
 
     from tqgguf.builder.source import source_tree
@@ -151,7 +151,7 @@ def _cpu_host_exe(out_dir: Path, name: str, flags=(), includes=()) -> Path:
     exe = out_dir / name
     root = Path(__file__).resolve().parents[1]
     cmd = [cxx, *flags, *[f"-I{d}" for d in includes], f"-I{inc}", str(root / "tests" / "cpu_host" / f"{name}.cpp"),
-           f"-L{lib}", "-lggml", "-lggml-cpu", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)]
+           f"-L{lib}", *[f"-l{x}" for x in libs], "-lggml", "-lggml-cpu", "-lggml-base", f"-Wl,-rpath,{lib}", "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, " ".join(cmd) + "\n" + r.stderr[-3000:]
     return exe
@@ -200,6 +200,29 @@ def test_block_softmax_decode_is_the_loop_within_rounding(fa_decode_check, tmp_p
     rel = float(np.abs(block - loop).max() / np.abs(loop).max())
     assert rel < tol, f"block softmax {rel:.2e} of the largest output from ggml's loop"
     assert nmse["1"] < 1.5*nmse["0"] + 1e-12, f"NMSE block {nmse['1']:.3e} against loop {nmse['0']:.3e}"
+
+
+# (head dim, Q heads, tokens, cells, cells visible to the last token, threads): Qwen2.5-0.5B's decode at
+# depth 4K (14 heads: a pass of 8 and one of 6), 4 tokens per ubatch, a head dim of 128, cell counts that
+# are not a multiple of the 16-cell tile, one thread and three
+_FOLD_CASES = [(64, 14, 1, 4352, 4100, 2), (64, 14, 4, 4096, 4000, 2), (128, 12, 3, 1000, 1000, 3),
+               (64, 9, 2, 40, 33, 1), (80, 5, 1, 272, 250, 2)]
+
+
+@pytest.mark.parametrize("d,nh,nt,nkv,nvalid,nth", _FOLD_CASES)
+def test_k_center_fold_ops_equal_the_sums_in_double(tmp_path, d, nh, nt, nkv, nvalid, nth):
+    """K centering ``full``'s decode fold as the engine computes it (llama_k_center_fold_table: R(pos)·uA
+    less its mean over the cells, in tiles of 16 cells; llama_k_center_fold_mask: the mask plus c · table per
+    head), tests/cpu_host/fold_check.cpp, against the same sums in double precision: the table within 2e-6
+    (a float mean over up to 4,352 values in [-1, 1]), the mask term within 1e-6 of the sum of the absolute
+    products behind it (F32 rounding), masked cells -inf. A wrong head, token, tile or a missing mean is off
+    by order 1."""
+    exe = _cpu_host_exe(tmp_path, "fold_check", flags=("-std=c++17", "-O1"), libs=("llama",))
+    r = subprocess.run([str(exe), *map(str, (d, nh, nt, nkv, nvalid, nth))], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    err_table, err_mask = map(float, r.stdout.split())
+    assert err_table < 2e-6, f"table {err_table:.3e} from w less its mean"
+    assert err_mask < 1e-6, f"mask term {err_mask:.3e} of the sum of |products| from the double-precision sum"
 
 
 def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path):

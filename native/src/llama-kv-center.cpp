@@ -9,6 +9,7 @@
 
 #include "gguf.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -434,4 +435,149 @@ llama_k_center_state llama_k_center_build(
                    what.c_str(), res.size(), layer_ids.size(), norm_max, il_max,
                    hadamard ? ", stored in the rotated frame" : "");
     return state;
+}
+
+// ---- the fold's table and mask (llama_k_center_fold_table, llama_k_center_fold_mask) ----
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
+// libllama is built for the baseline ISA; the kernels are compiled once per level and picked at load
+#define K_CENTER_FOLD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define K_CENTER_FOLD_CLONES
+#endif
+
+#if defined(__GNUC__)
+typedef float k_center_f32x16 __attribute__((vector_size(64)));  // 16 cells; split by the compiler to the target's width
+#define K_CENTER_INLINE inline __attribute__((always_inline))
+#else
+#define K_CENTER_INLINE inline
+#endif
+
+static constexpr int64_t K_CENTER_FOLD_TILE = 16;  // cells per table tile, and per vector of the mask op
+
+K_CENTER_FOLD_CLONES
+static void k_center_fold_table_dims(ggml_tensor * dst, int64_t j0, int64_t j1) {
+    const ggml_tensor * w = dst->src[0];
+    const int64_t D = w->ne[0], n_kv = w->ne[1], T = K_CENTER_FOLD_TILE;
+    std::vector<float> mean(j1 - j0, 0.0f);
+    for (int64_t r = 0; r < n_kv; ++r) {
+        const float * wr = (const float *) ((const char *) w->data + r*w->nb[1]);
+        for (int64_t j = j0; j < j1; ++j) {
+            mean[j - j0] += wr[j];
+        }
+    }
+    for (float & m : mean) {
+        m /= (float) n_kv;
+    }
+    float * out = (float *) dst->data;
+    for (int64_t r = 0; r < dst->ne[1]*T; ++r) {
+        const float * wr = (const float *) ((const char *) w->data + std::min(r, n_kv - 1)*w->nb[1]);
+        float *       o  = out + (r/T)*T*D + r%T;
+        for (int64_t j = j0; j < j1; ++j) {
+            o[j*T] = r < n_kv ? wr[j] - mean[j - j0] : 0.0f;
+        }
+    }
+}
+
+static void k_center_fold_table_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
+    const int64_t D = dst->src[0]->ne[0], per = (D + nth - 1)/nth;
+    const int64_t j0 = std::min(D, ith*per), j1 = std::min(D, j0 + per);
+    if (j0 < j1) {
+        k_center_fold_table_dims(dst, j0, j1);
+    }
+}
+
+ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w) {
+    GGML_ASSERT(w->type == GGML_TYPE_F32 && w->nb[0] == sizeof(float) && ggml_nrows(w) == w->ne[1]);
+    const int64_t n_tiles = (w->ne[1] + K_CENTER_FOLD_TILE - 1)/K_CENTER_FOLD_TILE;
+    ggml_tensor * args[1] = { w };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, K_CENTER_FOLD_TILE*w->ne[0], n_tiles, 1, 1, args, 1,
+                          k_center_fold_table_op, GGML_N_TASKS_MAX, nullptr);
+}
+
+// e[h][i] = mk[i] + Σ_j c[h][j] · w[16·j + i] for NH heads of one token and one tile (nr <= 16 cells valid)
+template <int NH>
+static K_CENTER_INLINE void k_center_fold_tile(float * const * e, const float * mk, const float * w,
+        const float * const * c, int64_t D, int nr) {
+#if defined(__GNUC__)
+    if (nr == K_CENTER_FOLD_TILE) {
+        k_center_f32x16 acc[NH];
+        for (int h = 0; h < NH; ++h) {
+            acc[h] = k_center_f32x16{};
+        }
+        for (int64_t j = 0; j < D; ++j) {
+            k_center_f32x16 wv;
+            memcpy(&wv, w + j*K_CENTER_FOLD_TILE, sizeof(wv));
+            for (int h = 0; h < NH; ++h) {
+                acc[h] += c[h][j] * wv;
+            }
+        }
+        k_center_f32x16 m;
+        memcpy(&m, mk, sizeof(m));
+        for (int h = 0; h < NH; ++h) {
+            const k_center_f32x16 v = m + acc[h];
+            memcpy(e[h], &v, sizeof(v));
+        }
+        return;
+    }
+#endif
+    for (int h = 0; h < NH; ++h) {
+        for (int i = 0; i < nr; ++i) {
+            float a = 0.0f;
+            for (int64_t j = 0; j < D; ++j) {
+                a += c[h][j] * w[j*K_CENTER_FOLD_TILE + i];
+            }
+            e[h][i] = mk[i] + a;
+        }
+    }
+}
+
+K_CENTER_FOLD_CLONES
+static void k_center_fold_tiles(ggml_tensor * dst, int64_t b0, int64_t b_step) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * c = dst->src[1];
+    const ggml_tensor * m = dst->src[2];
+    const int64_t n_kv = dst->ne[0], n_tok = dst->ne[1], n_head = dst->ne[2], D = c->ne[0];
+    constexpr int NH = 8;  // heads per pass: 8 accumulators of 16 cells and one table vector in registers
+    float *       e[NH];
+    const float * ch[NH];
+    for (int64_t b = b0; b*K_CENTER_FOLD_TILE < n_kv; b += b_step) {
+        const int64_t r0 = b*K_CENTER_FOLD_TILE;
+        const int     nr = (int) std::min<int64_t>(K_CENTER_FOLD_TILE, n_kv - r0);
+        const float * wt = (const float *) ((const char *) w->data + b*w->nb[1]);
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const float * mk = (const float *) ((const char *) m->data + t*m->nb[1]) + r0;
+            for (int64_t h0 = 0; h0 < n_head; h0 += NH) {
+                const int nh = (int) std::min<int64_t>(NH, n_head - h0);
+                for (int h = 0; h < nh; ++h) {
+                    e[h]  = (float *) ((char *) dst->data + t*dst->nb[1] + (h0 + h)*dst->nb[2]) + r0;
+                    ch[h] = (const float *) ((const char *) c->data + (h0 + h)*c->nb[1] + t*c->nb[2]);
+                }
+                switch (nh) {
+                    case 8:  k_center_fold_tile<8>(e, mk, wt, ch, D, nr); break;
+                    case 7:  k_center_fold_tile<7>(e, mk, wt, ch, D, nr); break;
+                    case 6:  k_center_fold_tile<6>(e, mk, wt, ch, D, nr); break;
+                    case 5:  k_center_fold_tile<5>(e, mk, wt, ch, D, nr); break;
+                    case 4:  k_center_fold_tile<4>(e, mk, wt, ch, D, nr); break;
+                    case 3:  k_center_fold_tile<3>(e, mk, wt, ch, D, nr); break;
+                    case 2:  k_center_fold_tile<2>(e, mk, wt, ch, D, nr); break;
+                    default: k_center_fold_tile<1>(e, mk, wt, ch, D, nr); break;
+                }
+            }
+        }
+    }
+}
+
+static void k_center_fold_mask_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
+    k_center_fold_tiles(dst, ith, nth);
+}
+
+ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask) {
+    const int64_t D = c->ne[0], n_head = c->ne[1], n_tok = c->ne[2], n_kv = mask->ne[0];
+    GGML_ASSERT(table->type == GGML_TYPE_F32 && c->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F32);
+    GGML_ASSERT(c->nb[0] == sizeof(float) && table->nb[0] == sizeof(float) && mask->nb[0] == sizeof(float));
+    GGML_ASSERT(table->ne[0] == K_CENTER_FOLD_TILE*D && table->ne[1]*K_CENTER_FOLD_TILE >= n_kv);
+    GGML_ASSERT(mask->ne[1] >= n_tok && mask->ne[2] == 1 && mask->ne[3] == 1);
+    ggml_tensor * args[3] = { table, c, mask };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_kv, n_tok, n_head, 1, args, 3, k_center_fold_mask_op, GGML_N_TASKS_MAX, nullptr);
 }

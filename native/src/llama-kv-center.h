@@ -113,6 +113,27 @@ struct llama_k_center_state {
 // Throws std::runtime_error for a bad LLAMA_K_CENTER, an unsupported RoPE type, a vector
 // file that does not fit the model, or full mode on a cache it cannot serve (SWA,
 // several streams, rope_freqs factors, a non-F32 bias).
+// The fold (decode on the CPU, llama_k_center_state::full_fold) as two CPU custom ops, in place of a
+// mul_mat whose contraction is only head_dim long (ggml's tiled F32 GEMM spends most of such a product
+// summing its accumulators), a scale, a permuting copy, a transposing copy, a mean, a broadcast
+// subtraction and an add. Both run on all the CPU threads and abort through GGML_ASSERT on shapes that
+// do not fit (a graph bug, not user input).
+//
+// llama_k_center_fold_table, once per ubatch:
+//   w      F32 [head_dim, n_kv], contiguous: R(pos)·uA of each cell (ggml_rope of the unit)
+// Returns F32 [16·head_dim, ceil(n_kv/16)]: tiles of 16 cells, in each tile head_dim rows of 16 values,
+// w less its mean over the cells (cells past n_kv 0). The mean makes each head's term small in the F16
+// mask (softmax ignores a constant per head, so its rounding does not matter).
+ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w);
+
+// llama_k_center_fold_mask, once per layer:
+//   table  the tiles above
+//   c      F32 [head_dim, n_head, n_tok]: kq_scale · M q of each head (M: llama_k_center_state)
+//   mask   F32 [n_kv, >= n_tok]: the attention mask (0 or -inf), one row per token
+// Returns F32 [n_kv, n_tok, n_head]: e[r, t, h] = mask[r, t] + Σ_j c[j, h, t] · table(r, j), the sum over
+// j in order (one F32 multiply-add per j, 16 cells per vector, 8 heads per pass over a tile).
+ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask);
+
 llama_k_center_state llama_k_center_build(
         const llama_model                                        & model,
         const llama_hparams                                      & hparams,
