@@ -65,7 +65,8 @@ def main() -> int:
     ensure_engine()
     import llama_cpp
 
-    llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda *_: None), ctypes.c_void_p())
+    quiet = llama_cpp.llama_log_callback(lambda *_: None)  # kept referenced while the engine may log
+    llama_cpp.llama_log_set(quiet, ctypes.c_void_p())
     path = resolve_model(a.model)
     mdl = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
     if not mdl:
