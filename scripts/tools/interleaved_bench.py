@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
-"""Decode speed of several KV cache settings in one process, interleaved: t/s and ratios.
+"""Prefill and decode speed of several KV cache settings in one process, interleaved: t/s and ratios.
 
-    python scripts/tools/decode_ab.py MODEL --case f16/f16 --case turbo4/turbo4:full [--case ...]
-                                      [--depth 4096] [--tokens 32] [--rounds 8] [-t 2] [--out FILE.jsonl]
+    python scripts/tools/interleaved_bench.py MODEL --case f16/f16 --case turbo4/turbo4:full [--case ...]
+                        [--depth 4096] [--prompt 0] [--tokens 32] [--rounds 8] [-t 2] [--out FILE.jsonl]
 
 On a machine whose speed drifts (a shared VM: ±10-25 % between runs a minute apart), two
 llama-bench processes run one after the other compare the machine's moods as much as the
 settings. Here one process loads MODEL once and opens one context per --case (``CTK/CTV`` or
 ``CTK/CTV:KCENTER``, KCENTER a ``--k-center`` value, default off), fills each with the same
---depth tokens of WikiText-2 (ubatches of 512), then for each of --rounds rounds decodes --tokens
-tokens one at a time in each context in turn (the text's next tokens, logits of the last
-token, as llama-bench's tg does). A drift then hits every case of a round alike, and the ratio of
-each case to the first within a round is what the settings change.
+--depth tokens of WikiText-2 (ubatches of 512), then for each of --rounds rounds and each context in
+turn: with --prompt N, the text's next N tokens as one batch (ubatches of 512, logits of the last:
+llama-bench's ppN @ dDEPTH), then those cells removed again (llama_memory_seq_rm); then --tokens
+tokens one at a time (logits of each: llama-bench's tgN), removed again. A drift then hits every
+case of a round alike, and the ratio of each case to the first within a round is what the
+settings change.
 
-Prints a table: per case the t/s of each round, the median, and the median over rounds of the
-per-round ratio to the first case. --out appends one JSON line per round and case as they are
-measured (model, case, depth, round, tokens, seconds, t/s). The engine is the installed one
+Prints a table per test: per case the t/s of each round, the median, and the median over rounds
+of the per-round ratio to the first case. --out appends one JSON line per round, case and test as
+they are measured (model, case, test, depth, round, tokens, seconds, t/s). The engine is the installed one
 (``tqgguf build``), its environment (GGML_*, LLAMA_*) as the caller sets it; flash attention on.
 Asserts nothing.
 """
@@ -53,14 +55,18 @@ def main() -> int:
     ap.add_argument("model", help="a GGUF path or a `tqgguf models` name")
     ap.add_argument("--case", action="append", required=True, help="CTK/CTV[:KCENTER]; the first is the reference")
     ap.add_argument("--depth", type=int, default=4096, help="cells in the cache before timing (default 4096)")
-    ap.add_argument("--tokens", type=int, default=32, help="tokens decoded per case and round (default 32)")
+    ap.add_argument("--prompt", type=int, default=0, help="tokens of one prefill per case and round (default 0: none)")
+    ap.add_argument("--tokens", type=int, default=32, help="tokens decoded per case and round (default 32; 0: none)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--out", help="append JSON lines here as rounds finish")
     a = ap.parse_args()
-    cases = [parse_case(c) for c in a.case]
-    for ctk, ctv, _ in cases:
-        ggml_type_id(ctk), ggml_type_id(ctv)  # unknown names fail here, naming the allowed ones
+    try:
+        cases = [parse_case(c) for c in a.case]
+        for ctk, ctv, _ in cases:
+            ggml_type_id(ctk), ggml_type_id(ctv)  # unknown names fail here, naming the allowed ones
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
 
     ensure_engine()
     import llama_cpp
@@ -73,7 +79,9 @@ def main() -> int:
         raise SystemExit(f"could not load {path}")
     vocab = llama_cpp.llama_model_get_vocab(mdl)
     text = resolve_text().content.encode()
-    need = a.depth + a.rounds * a.tokens + 1
+    if a.prompt < 0 or a.tokens < 0 or a.prompt + a.tokens == 0 or a.depth < 0 or a.rounds < 1:
+        raise SystemExit("--prompt and --tokens >= 0 (not both 0), --depth >= 0, --rounds >= 1")
+    need = a.depth + max(a.prompt, a.tokens) + 1
     buf = (llama_cpp.llama_token * (len(text) // 2 + 16))()
     n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, len(buf), True, False)
     if n < need:
@@ -83,7 +91,7 @@ def main() -> int:
     ctxs = []
     for ctk, ctv, kc in cases:
         cp = llama_cpp.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch = need + 256, 512, 512
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = need + 256, max(512, a.prompt), 512
         cp.type_k, cp.type_v = ggml_type_id(ctk), ggml_type_id(ctv)
         cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         cp.n_threads = cp.n_threads_batch = a.threads
@@ -93,7 +101,7 @@ def main() -> int:
             raise SystemExit(f"could not create a context for {ctk}/{ctv}:{kc}")
         ctxs.append(ctx)
 
-    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    batch = llama_cpp.llama_batch_init(max(512, a.prompt), 0, 1)
 
     def decode(ctx, pos0: int, chunk: np.ndarray) -> None:
         for i, t in enumerate(chunk):
@@ -110,31 +118,40 @@ def main() -> int:
             decode(ctx, p, toks[p:min(a.depth, p + 512)])
         print(f"filled {ctk}/{ctv}:{kc} to {a.depth} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
-    rates: list[list[float]] = [[] for _ in cases]
+    tests = ([f"pp{a.prompt}"] if a.prompt else []) + ([f"tg{a.tokens}"] if a.tokens else [])
+    rates: dict[str, list[list[float]]] = {t: [[] for _ in cases] for t in tests}
     for r in range(a.rounds):
         for k, ((ctk, ctv, kc), ctx) in enumerate(zip(cases, ctxs)):
-            p0 = a.depth + r * a.tokens
-            t0 = time.perf_counter()
-            for i in range(a.tokens):
-                decode(ctx, p0 + i, toks[p0 + i:p0 + i + 1])
-            dt = time.perf_counter() - t0
-            rates[k].append(a.tokens / dt)
-            if a.out:
-                with open(a.out, "a") as f:
-                    f.write(json.dumps({"model": path.name, "case": f"{ctk}/{ctv}:{kc}", "depth": a.depth, "round": r,
-                                        "tokens": a.tokens, "seconds": dt, "t_s": a.tokens / dt}) + "\n")
+            for test in tests:
+                n_tok = a.prompt if test.startswith("pp") else a.tokens
+                src = toks[a.depth:a.depth + n_tok]
+                t0 = time.perf_counter()
+                if test.startswith("pp"):
+                    decode(ctx, a.depth, src)
+                else:
+                    for i in range(n_tok):
+                        decode(ctx, a.depth + i, src[i:i + 1])
+                dt = time.perf_counter() - t0
+                if not llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, a.depth, -1):
+                    raise SystemExit("could not remove the timed cells from the cache")
+                rates[test][k].append(n_tok / dt)
+                if a.out:
+                    with open(a.out, "a") as f:
+                        f.write(json.dumps({"model": path.name, "case": f"{ctk}/{ctv}:{kc}", "test": test, "depth": a.depth,
+                                            "round": r, "tokens": n_tok, "seconds": dt, "t_s": n_tok / dt}) + "\n")
     llama_cpp.llama_batch_free(batch)
     for ctx in ctxs:
         llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(mdl)
 
-    print(f"{path.name}, tg{a.tokens} @ d{a.depth}, {a.rounds} interleaved rounds, {a.threads} threads (t/s)")
-    print("| case | rounds | median | ratio to first (median of rounds) |")
-    print("|---|---|---|---|")
-    for k, (ctk, ctv, kc) in enumerate(cases):
-        ratio = statistics.median(x / y for x, y in zip(rates[k], rates[0]))
-        print(f"| {ctk}/{ctv}:{kc} | {', '.join(f'{x:.1f}' for x in rates[k])} | {statistics.median(rates[k]):.2f} "
-              f"| {ratio:.3f} |")
+    for test in tests:
+        print(f"\n{path.name}, {test} @ d{a.depth}, {a.rounds} interleaved rounds, {a.threads} threads (t/s)")
+        print("| case | rounds | median | ratio to first (median of rounds) |")
+        print("|---|---|---|---|")
+        for k, (ctk, ctv, kc) in enumerate(cases):
+            x = rates[test][k]
+            ratio = statistics.median(u / v for u, v in zip(x, rates[test][0]))
+            print(f"| {ctk}/{ctv}:{kc} | {', '.join(f'{v:.1f}' for v in x)} | {statistics.median(x):.2f} | {ratio:.3f} |")
     return 0
 
 
