@@ -6,8 +6,9 @@
 
 On a machine whose speed drifts (a shared VM: ±10-25 % between runs a minute apart), two
 llama-bench processes run one after the other compare the machine's moods as much as the
-settings. Here one process loads MODEL once and opens one context per --case (``CTK/CTV`` or
-``CTK/CTV:KCENTER``, KCENTER a ``--k-center`` value, default off), fills each with the same
+settings. Here one process loads MODEL once and opens one context per --case (``CTK/CTV``,
+``CTK/CTV:KCENTER`` with KCENTER a ``--k-center`` value, default off, or ``CTK/CTV:KCENTER:norot``
+with the Hadamard rotation off), fills each with the same
 --depth tokens of WikiText-2 (ubatches of 512), then for each of --rounds rounds and each context in
 turn: with --prompt N, the text's next N tokens as one batch (ubatches of 512, logits of the last:
 llama-bench's ppN @ dDEPTH), then those cells removed again (llama_memory_seq_rm); then --tokens
@@ -41,13 +42,15 @@ from tqgguf.models import resolve_model  # noqa: E402
 from tqgguf.texts import resolve_text  # noqa: E402
 
 
-def parse_case(s: str) -> tuple[str, str, str]:
-    """``CTK/CTV[:KCENTER]`` -> (ctk, ctv, k_center); ValueError naming the form otherwise."""
-    kv, _, kc = s.partition(":")
+def parse_case(s: str) -> tuple[str, str, str, bool]:
+    """``CTK/CTV[:KCENTER[:norot]]`` -> (ctk, ctv, k_center, rotation); ValueError naming the form otherwise."""
+    kv, _, rest = s.partition(":")
+    kc, _, rot = rest.partition(":")
     ctk, sep, ctv = kv.partition("/")
-    if not sep or not ctk or not ctv:
-        raise ValueError(f"--case {s!r}: expected CTK/CTV or CTK/CTV:KCENTER, e.g. turbo4/turbo4:full")
-    return ctk, ctv, kc or "off"
+    if not sep or not ctk or not ctv or rot not in ("", "norot"):
+        raise ValueError(f"--case {s!r}: expected CTK/CTV[:KCENTER[:norot]], e.g. turbo4/turbo4:full or "
+                         "turbo4/turbo4:off:norot (the Hadamard rotation off)")
+    return ctk, ctv, kc or "off", rot != "norot"
 
 
 def main() -> int:
@@ -63,7 +66,7 @@ def main() -> int:
     a = ap.parse_args()
     try:
         cases = [parse_case(c) for c in a.case]
-        for ctk, ctv, _ in cases:
+        for ctk, ctv, _, _ in cases:
             ggml_type_id(ctk), ggml_type_id(ctv)  # unknown names fail here, naming the allowed ones
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
@@ -89,16 +92,16 @@ def main() -> int:
     toks = np.frombuffer(buf, dtype=np.int32, count=n).copy()
 
     ctxs = []
-    for ctk, ctv, kc in cases:
+    for ctk, ctv, kc, rot in cases:
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = need + 256, max(512, a.prompt), 512
         cp.type_k, cp.type_v = ggml_type_id(ctk), ggml_type_id(ctv)
         cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         cp.n_threads = cp.n_threads_batch = a.threads
-        with engine_env(k_center=kc):
+        with engine_env(k_center=kc, rotation=rot):
             ctx = llama_cpp.llama_init_from_model(mdl, cp)
         if not ctx:
-            raise SystemExit(f"could not create a context for {ctk}/{ctv}:{kc}")
+            raise SystemExit(f"could not create a context for {ctk}/{ctv}:{kc}{'' if rot else ':norot'}")
         ctxs.append(ctx)
 
     batch = llama_cpp.llama_batch_init(max(512, a.prompt), 0, 1)
@@ -112,16 +115,17 @@ def main() -> int:
         if llama_cpp.llama_decode(ctx, batch) != 0:
             raise SystemExit("llama_decode failed")
 
-    for (ctk, ctv, kc), ctx in zip(cases, ctxs):
+    labels = [f"{ctk}/{ctv}:{kc}" + ("" if rot else ":norot") for ctk, ctv, kc, rot in cases]
+    for label, ctx in zip(labels, ctxs):
         t0 = time.perf_counter()
         for p in range(0, a.depth, 512):
             decode(ctx, p, toks[p:min(a.depth, p + 512)])
-        print(f"filled {ctk}/{ctv}:{kc} to {a.depth} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        print(f"filled {label} to {a.depth} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
     tests = ([f"pp{a.prompt}"] if a.prompt else []) + ([f"tg{a.tokens}"] if a.tokens else [])
     rates: dict[str, list[list[float]]] = {t: [[] for _ in cases] for t in tests}
     for r in range(a.rounds):
-        for k, ((ctk, ctv, kc), ctx) in enumerate(zip(cases, ctxs)):
+        for k, (label, ctx) in enumerate(zip(labels, ctxs)):
             for test in tests:
                 n_tok = a.prompt if test.startswith("pp") else a.tokens
                 src = toks[a.depth:a.depth + n_tok]
@@ -137,7 +141,7 @@ def main() -> int:
                 rates[test][k].append(n_tok / dt)
                 if a.out:
                     with open(a.out, "a") as f:
-                        f.write(json.dumps({"model": path.name, "case": f"{ctk}/{ctv}:{kc}", "test": test, "depth": a.depth,
+                        f.write(json.dumps({"model": path.name, "case": label, "test": test, "depth": a.depth,
                                             "round": r, "tokens": n_tok, "seconds": dt, "t_s": n_tok / dt}) + "\n")
     llama_cpp.llama_batch_free(batch)
     for ctx in ctxs:
@@ -148,10 +152,10 @@ def main() -> int:
         print(f"\n{path.name}, {test} @ d{a.depth}, {a.rounds} interleaved rounds, {a.threads} threads (t/s)")
         print("| case | rounds | median | ratio to first (median of rounds) |")
         print("|---|---|---|---|")
-        for k, (ctk, ctv, kc) in enumerate(cases):
+        for k, label in enumerate(labels):
             x = rates[test][k]
             ratio = statistics.median(u / v for u, v in zip(x, rates[test][0]))
-            print(f"| {ctk}/{ctv}:{kc} | {', '.join(f'{v:.1f}' for v in x)} | {statistics.median(x):.2f} | {ratio:.3f} |")
+            print(f"| {label} | {', '.join(f'{v:.1f}' for v in x)} | {statistics.median(x):.2f} | {ratio:.3f} |")
     return 0
 
 
