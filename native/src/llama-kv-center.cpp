@@ -439,8 +439,9 @@ llama_k_center_state llama_k_center_build(
 
 // ---- the fold's table and mask (llama_k_center_fold_table, llama_k_center_fold_mask) ----
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
-// libllama is built for the baseline ISA; the kernels are compiled once per level and picked at load
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__) && defined(__ELF__)
+// libllama is built for the baseline ISA; the kernels are compiled once per level and the dynamic loader picks
+// one (an ELF ifunc; GCC on other targets, clang and MSVC get the one baseline build)
 #define K_CENTER_FOLD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define K_CENTER_FOLD_CLONES
