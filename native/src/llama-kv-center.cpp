@@ -472,10 +472,16 @@ static void k_center_fold_table_dims(ggml_tensor * dst, int64_t j0, int64_t j1) 
     }
     float * out = (float *) dst->data;
     for (int64_t r = 0; r < dst->ne[1]*T; ++r) {
-        const float * wr = (const float *) ((const char *) w->data + std::min(r, n_kv - 1)*w->nb[1]);
-        float *       o  = out + (r/T)*T*D + r%T;
+        float * o = out + (r/T)*T*D + r%T;
+        if (r >= n_kv) {  // the last tile's cells past n_kv
+            for (int64_t j = j0; j < j1; ++j) {
+                o[j*T] = 0.0f;
+            }
+            continue;
+        }
+        const float * wr = (const float *) ((const char *) w->data + r*w->nb[1]);
         for (int64_t j = j0; j < j1; ++j) {
-            o[j*T] = r < n_kv ? wr[j] - mean[j - j0] : 0.0f;
+            o[j*T] = wr[j] - mean[j - j0];
         }
     }
 }

@@ -113,6 +113,16 @@ struct llama_k_center_state {
 // Throws std::runtime_error for a bad LLAMA_K_CENTER, an unsupported RoPE type, a vector
 // file that does not fit the model, or full mode on a cache it cannot serve (SWA,
 // several streams, rope_freqs factors, a non-F32 bias).
+llama_k_center_state llama_k_center_build(
+        const llama_model                                        & model,
+        const llama_hparams                                      & hparams,
+        const std::vector<uint32_t>                              & layer_ids,
+        uint32_t                                                   n_stream,
+        const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
+        const float                                              * hadamard,
+        int64_t                                                    n_hadamard,
+        llama_k_center_bufs                                      & bufs);
+
 // The fold (decode on the CPU, llama_k_center_state::full_fold) as two CPU custom ops, in place of a
 // mul_mat whose contraction is only head_dim long (ggml's tiled F32 GEMM spends most of such a product
 // summing its accumulators), a scale, a permuting copy, a transposing copy, a mean, a broadcast
@@ -133,13 +143,3 @@ ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w);
 // Returns F32 [n_kv, n_tok, n_head]: e[r, t, h] = mask[r, t] + Σ_j c[j, h, t] · table(r, j), the sum over
 // j in order (one F32 multiply-add per j, 16 cells per vector, 8 heads per pass over a tile).
 ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask);
-
-llama_k_center_state llama_k_center_build(
-        const llama_model                                        & model,
-        const llama_hparams                                      & hparams,
-        const std::vector<uint32_t>                              & layer_ids,
-        uint32_t                                                   n_stream,
-        const std::function<ggml_backend_buffer_type_t(uint32_t)> & buft_of,
-        const float                                              * hadamard,
-        int64_t                                                    n_hadamard,
-        llama_k_center_bufs                                      & bufs);
