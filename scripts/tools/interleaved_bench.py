@@ -56,7 +56,7 @@ def parse_case(s: str) -> tuple[str, str, str, bool]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a GGUF path or a `tqgguf models` name")
-    ap.add_argument("--case", action="append", required=True, help="CTK/CTV[:KCENTER]; the first is the reference")
+    ap.add_argument("--case", action="append", required=True, help="CTK/CTV[:KCENTER[:norot]]; the first is the reference")
     ap.add_argument("--depth", type=int, default=4096, help="cells in the cache before timing (default 4096)")
     ap.add_argument("--prompt", type=int, default=0, help="tokens of one prefill per case and round (default 0: none)")
     ap.add_argument("--tokens", type=int, default=32, help="tokens decoded per case and round (default 32; 0: none)")
@@ -70,6 +70,8 @@ def main() -> int:
             ggml_type_id(ctk), ggml_type_id(ctv)  # unknown names fail here, naming the allowed ones
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    if a.prompt < 0 or a.tokens < 0 or a.prompt + a.tokens == 0 or a.depth < 0 or a.rounds < 1 or a.threads < 1:
+        raise SystemExit("error: --prompt and --tokens >= 0 (not both 0), --depth >= 0, --rounds >= 1, -t >= 1")
 
     ensure_engine()
     import llama_cpp
@@ -82,13 +84,11 @@ def main() -> int:
         raise SystemExit(f"could not load {path}")
     vocab = llama_cpp.llama_model_get_vocab(mdl)
     text = resolve_text().content.encode()
-    if a.prompt < 0 or a.tokens < 0 or a.prompt + a.tokens == 0 or a.depth < 0 or a.rounds < 1:
-        raise SystemExit("--prompt and --tokens >= 0 (not both 0), --depth >= 0, --rounds >= 1")
     need = a.depth + max(a.prompt, a.tokens) + 1
     buf = (llama_cpp.llama_token * (len(text) // 2 + 16))()
     n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, len(buf), True, False)
     if n < need:
-        raise SystemExit(f"the text has {n} tokens, {need} are needed (depth + rounds x tokens)")
+        raise SystemExit(f"the text has {n} tokens, {need} are needed (depth + the larger of --prompt and --tokens + 1)")
     toks = np.frombuffer(buf, dtype=np.int32, count=n).copy()
 
     ctxs = []
