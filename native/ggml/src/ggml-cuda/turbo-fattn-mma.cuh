@@ -161,26 +161,65 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
 }
 
 // The K.Q operands of lane t of a K row (turbo4, hd 128, 4-byte aligned start): the raw words it
-// reads (ggml_cuda_turbo_fa_mma_k4_load: the index words at qs offsets 4t and 4t + 16 of both
-// blocks, as ggml_cuda_turbo_fa_mma_word4 reads them, and the words of the two scales), and from
-// them the 4 index words and 2 scales (ggml_cuda_turbo_fa_mma_k4_unpack). Split so that a variant
-// can load the words of the next tile while it computes on this one (next_k, variant 8).
-static constexpr int ggml_cuda_turbo_fa_mma_k4_nw = 8;
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4_nw], const uint32_t * W, const int t) {
-    r[0] = W[t];      r[1] = W[t + 1];  // block 0, qs offset 4t (qs start at byte 2: two words)
-    r[2] = W[t + 4];  r[3] = W[t + 5];  // block 0, qs offset 4t + 16
-    r[4] = W[9 + t];                    // block 1 (qs at byte 36), offset 4t
-    r[5] = W[13 + t];                   // block 1, offset 4t + 16
-    r[6] = W[0];                        // d of block 0: low half
-    r[7] = W[8];                        // d of block 1 (byte 34): high half
+// reads (ggml_cuda_turbo_fa_mma_k4_load) and from them the 4 index words and 2 scales
+// (ggml_cuda_turbo_fa_mma_k4_unpack). Split so that a variant can load the words of the next tile
+// while it computes on this one (next_k, variant 8).
+//   aw = false: the index words at qs offsets 4t and 4t + 16 of both blocks, as
+//     ggml_cuda_turbo_fa_mma_word4 reads them (block 0's straddle two aligned words), and the two
+//     scale words: 8 loads.
+//   aw = true (aligned words, variant 11): block 0's qs (row bytes 2..33) are read as the aligned
+//     words 1..7 plus the halves of words 0 and 8 that the scale loads bring anyway: lane t's
+//     words are W[1 + t] and W[5 + t], and lane 3's second one (W[8]) becomes qs bytes 30, 31, 0, 1
+//     by one PRMT with word 0 (ggml_cuda_turbo_fa_mma_aw_sel): 6 loads and 1 PRMT instead of 8
+//     and 2. Its word of k-step j then holds qs bytes (2 + 4t + 16j + k) mod 32, k = 0..3, and Q's
+//     B registers are built in that order (ggml_cuda_turbo_fa_mma_qs_pos).
+template <bool aw> struct ggml_cuda_turbo_fa_mma_k4 { static constexpr int nw = aw ? 6 : 8; };
+
+// the PRMT selector of the aligned-word read (aw) of lane i of a row's block 0 (i = t for K's second
+// word, i = g for V's word): x = W[0], y = the lane's loaded word; the last lane's loaded word is
+// W[8], whose qs bytes 30, 31 go first, then qs bytes 0, 1 from the top of W[0]
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_aw_sel(const bool last) {
+    return last ? 0x3254 : 0x7654;
 }
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t (&w)[2][2], float (&d)[2], const uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4_nw]) {
-    w[0][0] = __byte_perm(r[0], r[1], 0x5432);
-    w[0][1] = __byte_perm(r[2], r[3], 0x5432);
-    w[1][0] = r[4];
-    w[1][1] = r[5];
-    const uint32_t d0 = r[6] & 0xFFFF;
-    const uint32_t d1 = r[7] >> 16;
+// the qs byte (of its 32-byte block m) at position k of the index word of k-step j of lane t
+template <bool aw>
+static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_qs_pos(const int m, const int j, const int t, const int k) {
+    return aw && m == 0 ? (2 + 4*t + 16*j + k) % 32 : 4*t + 16*j + k;
+}
+
+template <bool aw>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw], const uint32_t * W, const int t) {
+    if constexpr (aw) {
+        r[0] = W[1 + t];                    // block 0, qs bytes 2 + 4t ..
+        r[1] = W[5 + t];                    // block 0, qs bytes 18 + 4t .. (lane 3: word 8)
+        r[2] = W[9 + t];                    // block 1 (qs at byte 36), offset 4t
+        r[3] = W[13 + t];                   // block 1, offset 4t + 16
+        r[4] = W[0];                        // d of block 0: low half
+        r[5] = W[8];                        // d of block 1 (byte 34): high half
+    } else {
+        r[0] = W[t];      r[1] = W[t + 1];  // block 0, qs offset 4t (qs start at byte 2: two words)
+        r[2] = W[t + 4];  r[3] = W[t + 5];  // block 0, qs offset 4t + 16
+        r[4] = W[9 + t];                    // block 1 (qs at byte 36), offset 4t
+        r[5] = W[13 + t];                   // block 1, offset 4t + 16
+        r[6] = W[0];                        // d of block 0: low half
+        r[7] = W[8];                        // d of block 1 (byte 34): high half
+    }
+}
+template <bool aw>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t (&w)[2][2], float (&d)[2], const uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw],
+        const uint32_t sel_aw) {
+    constexpr int nw = ggml_cuda_turbo_fa_mma_k4<aw>::nw;
+    if constexpr (aw) {
+        w[0][0] = r[0];
+        w[0][1] = __byte_perm(r[4], r[1], sel_aw);
+    } else {
+        w[0][0] = __byte_perm(r[0], r[1], 0x5432);
+        w[0][1] = __byte_perm(r[2], r[3], 0x5432);
+    }
+    w[1][0] = r[nw - 4];
+    w[1][1] = r[nw - 3];
+    const uint32_t d0 = r[nw - 2] & 0xFFFF;
+    const uint32_t d1 = r[nw - 1] >> 16;
     d[0] = __half2float(*((const half *) &d0));
     d[1] = __half2float(*((const half *) &d1));
 }
@@ -189,13 +228,14 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t
 // K_lane + 16 mt + 8 rr rows (row stride nb11_8/8), and their mask values (0 without a mask);
 // row0 = the tile's row of this lane (kw + g); the mask as raw fp16 bits (converted where used, so
 // the load is not waited on here)
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&Kn)[2][2][ggml_cuda_turbo_fa_mma_k4_nw], uint16_t (&Mn)[2][2],
+template <bool aw>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&Kn)[2][2][ggml_cuda_turbo_fa_mma_k4<aw>::nw], uint16_t (&Mn)[2][2],
         const char * K_tile, const int nb11_8, const half * maskh, const int row0, const int t) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-            ggml_cuda_turbo_fa_mma_k4_load(Kn[mt][rr], (const uint32_t *) (K_tile + (2*mt + rr)*nb11_8), t);
+            ggml_cuda_turbo_fa_mma_k4_load<aw>(Kn[mt][rr], (const uint32_t *) (K_tile + (2*mt + rr)*nb11_8), t);
             Mn[mt][rr] = maskh ? ((const uint16_t *) maskh)[row0 + 16*mt + 8*rr] : 0;  // fp16 bits (0: +0.0)
         }
     }
@@ -240,7 +280,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // instead of 6. The V centroids then carry K's int8 precision (error <= step/2 =
 // max|c|/254, against turbo4's cells of ~0.26 sigma).
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false>
+          bool v_i8 = false, bool aw = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -278,6 +318,9 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr int RBV = NB*sizeof(block_V);
     constexpr bool K4 = type_K == GGML_TYPE_TURBO4_0;  // turbo4 K: the interleaved element order (words, above)
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
+    static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
+    constexpr int KNW = ggml_cuda_turbo_fa_mma_k4<aw>::nw;  // K words per row and lane
+    constexpr int VNW = aw ? 4 : 5;                         // early V words per row and lane
 
     const int lane = threadIdx.x;
     const int warp = threadIdx.y;
@@ -348,7 +391,16 @@ static __global__ void flash_attn_ext_turbo_mma(
     for (int m = 0; m < NB; ++m) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            if constexpr (K4) {
+            if constexpr (K4 && aw) {  // qs bytes p_k of the word: elements p_k (low nibble) and p_k + 32 (high)
+                uint32_t b[2] = { 0, 0 };
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int p = 64*m + ggml_cuda_turbo_fa_mma_qs_pos<aw>(m, j, t, k);
+                    b[k/2] |= ((uint32_t) (uint8_t) sh_q[g][p] | (uint32_t) (uint8_t) sh_q[g][p + 32] << 8) << (16*(k % 2));
+                }
+                Bq[m][j][0] = b[0];
+                Bq[m][j][1] = b[1];
+            } else if constexpr (K4) {
                 const uint32_t lo = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j]);
                 const uint32_t hi = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j + 32]);
                 Bq[m][j][0] = __byte_perm(lo, hi, 0x5140);
@@ -377,6 +429,9 @@ static __global__ void flash_attn_ext_turbo_mma(
     const uint32_t m4 = ggml_cuda_turbo_fa_mma_opaque(0x4444, ne00);
     const uint32_t x64 = ggml_cuda_turbo_fa_mma_opaque(0x64646464, ne00);  // v_i8: the high byte of fp16 1024 + xx
     GGML_UNUSED(x64);
+    const uint32_t sel_k_aw = ggml_cuda_turbo_fa_mma_aw_sel(t == 3);  // aw: lane 3's second block-0 K word, lane 7's V word
+    const uint32_t sel_v_aw = ggml_cuda_turbo_fa_mma_aw_sel(g == 7);
+    GGML_UNUSED_VARS(sel_k_aw, sel_v_aw);
 
     // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
     // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
@@ -408,17 +463,17 @@ static __global__ void flash_attn_ext_turbo_mma(
         ggml_cuda_turbo_fa_dec_cp_commit();
     }
     // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g
-    uint32_t Kn[2][2][ggml_cuda_turbo_fa_mma_k4_nw];
+    uint32_t Kn[2][2][KNW];
     uint16_t Mn[2][2];
     if constexpr (next_k) {
         static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
         if (blockIdx.y*T < k_VKQ_max) {
-            ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
+            ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
         }
     }
     for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
         const int kw = k0 + warp*32;  // this warp's 32 rows
-        uint32_t Kc[2][2][ggml_cuda_turbo_fa_mma_k4_nw];  // next_k: this tile's words and mask values
+        uint32_t Kc[2][2][KNW];  // next_k: this tile's words and mask values
         uint16_t Mc[2][2];
         if constexpr (next_k) {
 #pragma unroll
@@ -427,14 +482,14 @@ static __global__ void flash_attn_ext_turbo_mma(
                 for (int rr = 0; rr < 2; ++rr) {
                     Mc[mt][rr] = Mn[mt][rr];
 #pragma unroll
-                    for (int i = 0; i < ggml_cuda_turbo_fa_mma_k4_nw; ++i) {
+                    for (int i = 0; i < KNW; ++i) {
                         Kc[mt][rr][i] = Kn[mt][rr][i];
                     }
                 }
             }
             const int kn = k0 + gridDim.y*T;
             if (kn < k_VKQ_max) {
-                ggml_cuda_turbo_fa_mma_next_k(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
+                ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
             }
         }
         const char * K_k0 = K_lane + (int64_t) k0*nb11;
@@ -453,7 +508,7 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
 
         // early_v: the raw words of this lane's V rows (the P.V section below reads them from here)
-        uint32_t Vw[2][2][2][5];  // [mt][rp][r]: words g, g+1, 9+g, 0, 8 of the row
+        uint32_t Vw[2][2][2][VNW];  // [mt][rp][r]: words g, g+1, 9+g, 0, 8 of the row (aw: 1+g, 9+g, 0, 8)
         if constexpr (early_v) {
             static_assert(V4 && !stage, "early V loads: turbo4 V, rows from global memory");
 #pragma unroll
@@ -463,11 +518,18 @@ static __global__ void flash_attn_ext_turbo_mma(
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
-                        Vw[mt][rp][r][0] = W[g];
-                        Vw[mt][rp][r][1] = W[g + 1];
-                        Vw[mt][rp][r][2] = W[9 + g];
-                        Vw[mt][rp][r][3] = W[0];
-                        Vw[mt][rp][r][4] = W[8];
+                        if constexpr (aw) {  // block 0's qs bytes (2 + 4g ..) mod 32 (ggml_cuda_turbo_fa_mma_k4_load)
+                            Vw[mt][rp][r][0] = W[1 + g];
+                            Vw[mt][rp][r][1] = W[9 + g];
+                            Vw[mt][rp][r][2] = W[0];
+                            Vw[mt][rp][r][3] = W[8];
+                        } else {
+                            Vw[mt][rp][r][0] = W[g];
+                            Vw[mt][rp][r][1] = W[g + 1];
+                            Vw[mt][rp][r][2] = W[9 + g];
+                            Vw[mt][rp][r][3] = W[0];
+                            Vw[mt][rp][r][4] = W[8];
+                        }
                     }
                 }
             }
@@ -486,11 +548,11 @@ static __global__ void flash_attn_ext_turbo_mma(
                 if constexpr (K4) {
                     uint32_t w[NB][2];
                     if constexpr (next_k) {
-                        ggml_cuda_turbo_fa_mma_k4_unpack(w, dk[rr], Kc[mt][rr]);
+                        ggml_cuda_turbo_fa_mma_k4_unpack<aw>(w, dk[rr], Kc[mt][rr], sel_k_aw);
                     } else {
-                        uint32_t r[ggml_cuda_turbo_fa_mma_k4_nw];
-                        ggml_cuda_turbo_fa_mma_k4_load(r, W, t);
-                        ggml_cuda_turbo_fa_mma_k4_unpack(w, dk[rr], r);
+                        uint32_t r[KNW];
+                        ggml_cuda_turbo_fa_mma_k4_load<aw>(r, W, t);
+                        ggml_cuda_turbo_fa_mma_k4_unpack<aw>(w, dk[rr], r, sel_k_aw);
                     }
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
@@ -590,7 +652,12 @@ static __global__ void flash_attn_ext_turbo_mma(
                 for (int r = 0; r < 2; ++r) {
                     const char * Vr = V_k0 + (2*mt + rp)*nb21_8 + r*nb21;
                     const uint32_t * W = stage ? (const uint32_t *) (sK + (32 + 16*mt + 8*rp + 2*t + r)*SL + ((uintptr_t) Vr & 15)) : (const uint32_t *) Vr;
-                    if constexpr (early_v) {  // the same words as below, loaded before K.Q
+                    if constexpr (early_v && aw) {
+                        iw[r][0] = __byte_perm(Vw[mt][rp][r][2], Vw[mt][rp][r][0], sel_v_aw);
+                        iw[r][1] = Vw[mt][rp][r][1];
+                        ds[r][0] = Vw[mt][rp][r][2] & 0xFFFF;
+                        ds[r][1] = Vw[mt][rp][r][3] >> 16;
+                    } else if constexpr (early_v) {  // the same words as below, loaded before K.Q
                         iw[r][0] = __byte_perm(Vw[mt][rp][r][0], Vw[mt][rp][r][1], 0x5432);
                         iw[r][1] = Vw[mt][rp][r][2];
                         ds[r][0] = Vw[mt][rp][r][3] & 0xFFFF;
@@ -714,7 +781,8 @@ static __global__ void flash_attn_ext_turbo_mma(
         if (h < ng) {
 #pragma unroll
             for (int i = 0; i < NM; ++i) {
-                const int e = 64*(i/4) + 32*((i/2) % 2) + 4*g + 2*(i % 2);  // sigma(i, g)
+                // sigma(i, g): m-tile i = 4m + 2s + kp holds elements 32s + the qs bytes at positions 2kp, 2kp + 1 of block m's word
+                const int e = 64*(i/4) + 32*((i/2) % 2) + ggml_cuda_turbo_fa_mma_qs_pos<aw>(i/4, 0, g, 2*(i % 2));
                 sh_acc[warp][h][e]     = O[i][hh]*fv;
                 sh_acc[warp][h][e + 1] = O[i][hh + 2]*fv;
             }
