@@ -79,9 +79,11 @@ def test_a_reload_that_fails_is_a_400_and_the_next_request_loads_the_model_again
 # -- Ollama's queue -----------------------------------------------------------------------------------------------
 
 
-def _wait_for(s: Server, text: str, timeout: float = 60.0) -> None:
+def _wait_for(s: Server, text: str, timeout: float = 60.0, seen: int = 0) -> None:
+    """Wait until ``text`` is in ``s``'s log more than ``seen`` times: count the lines an earlier
+    request logged too, else the wait ends at once on theirs."""
     deadline = time.monotonic() + timeout
-    while text not in s.log():
+    while s.log().count(text) <= seen:
         assert time.monotonic() < deadline, s.log()[-3000:]
         time.sleep(0.1)
 
@@ -190,6 +192,19 @@ def test_a_reload_on_the_openai_route_carries_x_tqgguf_reloaded(store_srv):
     assert r.status_code == 200 and "x-tqgguf-reloaded" not in r.headers  # nothing reloaded for this one
 
 
+def _requests(s: Server) -> tuple[int, int]:
+    """The requests /health lists for ``s``'s runners: (active, waiting for a load or a reload)."""
+    runners = s.health()[1]["runners"]
+    return sum(r["active_requests"] for r in runners), sum(r["waiting_requests"] for r in runners)
+
+
+def _wait_until(s: Server, cond, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, (what, _requests(s), s.log()[-3000:])
+        time.sleep(0.1)
+
+
 def test_sigterm_while_requests_wait_behind_a_pending_reload(store_srv):
     """Two OpenAI streams run (both slots); an /api request with another num_ctx waits for them
     to reload the model, and an Ollama stream and a plain /api/generate wait behind it. SIGTERM:
@@ -215,15 +230,25 @@ def test_sigterm_while_requests_wait_behind_a_pending_reload(store_srv):
     calls["ollama-stream"] = lambda: s.ol.generate(model="smol", prompt="hi", stream=True)
     calls["ollama"] = lambda: s.ol.generate(model="smol", prompt="hi")
     threads = []
-    for name, call in calls.items():
-        threads.append(threading.Thread(target=run, args=(name, call)))
-        threads[-1].start()
-        if name == "openai-stream-1":
-            time.sleep(2.0)  # both streams generating before the reload is asked for
-        if name == "reload":  # the last two only once the reload is pending (else one may reach the
-            # server first and be admitted to the running model: a thread's start is no request order)
-            _wait_for(s, "reloading smol:latest with num_ctx 512 (was num_ctx 128)")
-    time.sleep(1.0)  # the last two wait behind it
+
+    def start(*names: str) -> None:
+        for name in names:
+            threads.append(threading.Thread(target=run, args=(name, calls[name])))
+            threads[-1].start()
+
+    # each step once the server shows the last one done: a thread's start is no request order
+    start("openai-stream-0", "openai-stream-1")
+    _wait_until(s, lambda: _requests(s) == (2, 0), "both streams running")
+    pending = "reloading smol:latest with num_ctx 512 (was num_ctx 128): waiting for 2 request(s) to finish"
+    seen = s.log().count(pending)
+    start("reload")
+    # the last two only once the reload is pending, else one may reach the server first and be
+    # admitted to the running model; this reload's line, not the one the previous test logged
+    _wait_for(s, pending, seen=seen)
+    start("ollama-stream", "ollama")
+    # both wait behind it (waiting: the reload's own request and these two) before the signal,
+    # which would otherwise find them not yet arrived and refuse their connections
+    _wait_until(s, lambda: _requests(s) == (2, 3), "the last two waiting behind the reload")
     starts = s.log().count(" ready in ")
     _, log = s.sigterm(threads)  # within the grace period + 1.5 s, by the signal
     for name in ("reload", "ollama-stream", "ollama"):

@@ -431,11 +431,13 @@ class Runner:
 
     def status(self) -> dict[str, Any]:
         """This runner as ``/health`` lists it under ``runners``: name, kind, state, pid, port,
-        n_ctx, active requests, restarts, the last exit and log lines, the error; the draft's
+        n_ctx, active requests, requests waiting for it (while it loads, or behind a pending reload,
+        the reloading request too), restarts, the last exit and log lines, the error; the draft's
         acceptance counts and the projector where there are."""
         c = self.child
         return {"name": self.model.name, "kind": self.kind, "state": self.state, "pid": c.pid if c else None,
                 "port": c.port if c else None, "n_ctx": self.n_ctx, "active_requests": self.active,
+                "waiting_requests": self.waiting,
                 "restarts": len(self.restarts), "last_exit": self.last_exit, "last_log_lines": self.last_lines,
                 "error": self.error,
                 **({"draft": {"model": self.config.draft.model.name, "accepted": self.draft_accepted,
