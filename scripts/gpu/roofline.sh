@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU machine (one H200, no internet): issue 26 item 2, the turbo FA decode kernel against the
-# HBM roofline. One build; the decode kernel's variants (GGML_CUDA_TURBO_FA_DEC=1..10, listed in
+# HBM roofline. One build; the decode kernel's variants (GGML_CUDA_TURBO_FA_DEC=1..11, listed in
 # native/ggml/src/ggml-cuda/turbo-fattn-dec.cuh; 0 = the old vector kernel) and the prefill's turbo -> f16
 # conversion (GGML_CUDA_TURBO_CVT=0: upstream's generic kernel) are picked at run time, so every
 # measurement below runs them all from the same binaries. Work dir /tmp/tqr; results under $OUT.

@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4..10 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..11 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 9  // the tensor-core kernel, next tile's K loaded ahead, V as int8 (session 17's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 11  // the tensor-core kernel, next tile's K loaded ahead, V as int8, aligned words (session 22's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -76,7 +76,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //   the ALU pipe (the codebook's PRMT/LOP3) is what bounds variant 8, docs/CUDA.md "Session 16")
 //   9: 8 with V's centroids as int8 (v_i8 in turbo-fattn-mma.cuh: one lookup per 4 V values instead
 //      of two byte planes); turbo4 K and V (other pairs run 6, as for 8). Measured (session 17):
-//      25.54 -> 22.87 us, the default.
+//      25.54 -> 22.87 us (the default until session 22).
 //  10: 6 (no early V, no next-tile K, 4 blocks per SM) with v_i8: 128 registers; every turbo pair.
 //      Measured (session 17, FA alone): turbo3 30.54 -> 29.86 us, turbo2 24.45 -> 23.46 against 6,
 //      turbo4 25.77; not the default for those pairs until a model-level run in the same session
@@ -88,7 +88,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //   instead of the next tile's K in registers at 3 blocks per SM, 28.78; 9 with the first tile's loads
 //   issued before Q is quantized, 24.61. docs/CUDA.md "Session 20".)
 //  11: 9 with K's and V's words read as the row's aligned words (aw in turbo-fattn-mma.cuh): per
-//      lane and tile 56 loads instead of 72, 8 fewer PRMT; turbo4 K and V (other pairs run 6).
+//      lane and tile 56 loads instead of 72 (SASS of the KV loop: 78 LDG instead of 100, 1,101
+//      instructions instead of 1,080: the addresses cost some of it back); turbo4 K and V (other
+//      pairs run 6). Measured (session 22, FA alone, three interleaved rounds): KV 32768 22.84 ->
+//      22.69 us, 65536 42.12 -> 41.24, 131072 76.37 -> 74.52, 8192 9.76 -> 9.91; 8B shape tg64 @
+//      16K 258.2 -> 262.5 t/s, @ 64K 202.9 -> 205.1. The default.
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 11;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
@@ -734,7 +738,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 10) {  // 6 with int8 V, every pair
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                } else if (var == 6 || var == 8 || var == 9 || var == 11) {  // 8 and 9 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                } else if (var == 6 || var == 8 || var == 9 || var == 11) {  // 8, 9 and 11 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
