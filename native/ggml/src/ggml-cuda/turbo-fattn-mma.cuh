@@ -190,10 +190,11 @@ static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_qs_pos(const int m,
 template <bool aw>
 static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw], const uint32_t * W, const int t) {
     if constexpr (aw) {
-        r[0] = W[1 + t];                    // block 0, qs bytes 2 + 4t ..
-        r[1] = W[5 + t];                    // block 0, qs bytes 18 + 4t .. (lane 3: word 8)
-        r[2] = W[9 + t];                    // block 1 (qs at byte 36), offset 4t
-        r[3] = W[13 + t];                   // block 1, offset 4t + 16
+        const uint32_t * Wt = W + t;        // one address per row, the words at immediate offsets from it
+        r[0] = Wt[1];                       // block 0, qs bytes 2 + 4t ..
+        r[1] = Wt[5];                       // block 0, qs bytes 18 + 4t .. (lane 3: word 8)
+        r[2] = Wt[9];                       // block 1 (qs at byte 36), offset 4t
+        r[3] = Wt[13];                      // block 1, offset 4t + 16
         r[4] = W[0];                        // d of block 0: low half
         r[5] = W[8];                        // d of block 1 (byte 34): high half
     } else {
@@ -519,8 +520,9 @@ static __global__ void flash_attn_ext_turbo_mma(
                     for (int r = 0; r < 2; ++r) {
                         const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
                         if constexpr (aw) {  // block 0's qs bytes (2 + 4g ..) mod 32 (ggml_cuda_turbo_fa_mma_k4_load)
-                            Vw[mt][rp][r][0] = W[1 + g];
-                            Vw[mt][rp][r][1] = W[9 + g];
+                            const uint32_t * Wg = W + g;
+                            Vw[mt][rp][r][0] = Wg[1];
+                            Vw[mt][rp][r][1] = Wg[9];
                             Vw[mt][rp][r][2] = W[0];
                             Vw[mt][rp][r][3] = W[8];
                         } else {
