@@ -274,3 +274,65 @@ def test_multi_head_helpers_equal_ggml_per_head(tmp_path):
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "all OK" in r.stdout, r.stdout[-3000:] + r.stderr[-1000:]
     assert r.stdout.count("OK   dot_f16_multi") == 24 and r.stdout.count("OK   mad_f32_multi") == 24
+
+
+# (head dim, Q heads, K/V heads, tokens, K and V rotation sizes, threads): SmolLM2's decode (9 / 3 heads of 64),
+# Qwen2.5's prefill ubatch piece (14 / 2, 7 tokens), a head dim of 128 rotated as two groups of 64 for K and one
+# of 128 for V, one thread and three
+_ROT_CASES = [(64, 9, 3, 1, 64, 64, 2), (64, 14, 2, 7, 64, 64, 3), (128, 8, 2, 3, 64, 128, 1), (256, 4, 1, 2, 256, 128, 2)]
+
+
+@pytest.mark.parametrize("d,nh,nkv,nt,nk,nv,nth", _ROT_CASES)
+def test_rotation_in_one_node_is_upstreams_three(tmp_path, d, nh, nkv, nt, nk, nv, nth):
+    """Q, K and V rotated by one CPU node (native/src/llama-tq-rotate.cpp, llama_tq_rotate_qkv) as the engine
+    computes it, tests/cpu_host/rotate_check.cpp: every value bit for bit upstream's three MUL_MAT nodes with
+    the Hadamard hint (ggml-cpu's fast Walsh-Hadamard transform) in the same graph, and within 1e-6 (relative
+    to the largest value) of H_n x / sqrt(n) in double precision. A wrong group size, head or token, or a
+    butterfly order other than upstream's, changes values."""
+    exe = _cpu_host_exe(tmp_path, "rotate_check", flags=("-std=c++17", "-O1"), libs=("llama",))
+    r = subprocess.run([str(exe), *map(str, (d, nh, nkv, nt, nk, nv, nth))], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    n_diff, err = r.stdout.split()
+    assert int(n_diff) == 0, f"{n_diff} values differ from upstream's nodes"
+    assert float(err) < 1e-6, f"{float(err):.3e} from the double-precision rotation"
+
+
+@pytest.mark.parametrize("name,cases", [("smollm2-135m", [["turbo4", "turbo4", "off"], ["q8_0", "turbo4", "off"]]),
+                                        ("qwen2.5-coder-0.5b", [["turbo4", "turbo4", "full"]])])
+def test_rotation_in_one_node_keeps_the_logits(wiki_tokens, tmp_path, name, cases):
+    """A real model's prefill and decode on the CPU with the Q, K and V rotations in one node per layer
+    (default; LLAMA_TQ_ROT_ONE_NODE) and in upstream's three (=0): the engine says which, and every logit is
+    the same to the bit (the node computes upstream's values in upstream's order)."""
+    model, toks = wiki_tokens(name)
+    one, err_1 = _run(model, toks, tmp_path / "one.npz", cases, "1", LLAMA_TQ_ROT_ONE_NODE="1")
+    three, err_3 = _run(model, toks, tmp_path / "three.npz", cases, "1", LLAMA_TQ_ROT_ONE_NODE="0")
+    line = "the rotations of Q, K and V in one CPU node per layer"
+    assert line in err_1, "the one-node rotation was not active: " + err_1[-2000:]
+    assert line not in err_3
+    for key in three:
+        a, b = one[key], three[key]
+        assert a.shape == b.shape and np.isfinite(a).all()
+        diff = np.count_nonzero(a.view(np.uint32) != b.view(np.uint32))
+        assert diff == 0, f"{name} {key}: {diff} logits differ (max |d| {np.abs(a - b).max():.3g})"
+
+
+# (K cache type, head dim, K/V heads, cells, rotation size, threads): Qwen2.5-0.5B's prefill add-back (2 K/V heads of
+# 64, turbo4 and turbo3 rotated, q8_0), a head dim of 128 rotated as groups of 64, no rotation, an F16 K
+@pytest.mark.parametrize("tk,d,nh,nkv,nrot,nth", [("turbo4", 64, 2, 4100, 64, 2), ("turbo3", 64, 2, 1000, 64, 3),
+                                                  ("q8_0", 128, 4, 513, 64, 2), ("turbo2", 128, 2, 300, 0, 1),
+                                                  ("f16", 64, 3, 700, 64, 2)])
+def test_k_center_add_back_op_is_the_six_nodes(tmp_path, tk, d, nh, nkv, nrot, nth):
+    """K centering ``full``'s add-back for ubatches the fold does not serve (prefill) as one CPU op
+    (llama_k_center_add_back), tests/cpu_host/add_back_check.cpp: to_float(K) + H·(R(pos)·uA ⊙ bA + R(pos)·uB ⊙ bB),
+    every value bit for bit the six graph nodes it replaces (same products, sums and Hadamard stages, rounded
+    the same way), for turbo, q8_0 and F16 caches, with and without the rotation. A wrong head, cell, pair
+    half or an FMA where the nodes round twice changes bits."""
+    from tqgguf.cachetypes import ggml_type_id
+
+    exe = _cpu_host_exe(tmp_path, "add_back_check", flags=("-std=c++17", "-O1"), libs=("llama",))
+    r = subprocess.run([str(exe), *map(str, (ggml_type_id(tk), d, nh, nkv, nrot, nth))], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    n_diff, amax = r.stdout.split()
+    assert float(amax) > 10.0, "the values are not at the bias's size: the test lost its inputs"
+    assert int(n_diff) == 0, f"{n_diff} values differ from the six nodes"

@@ -8,7 +8,9 @@ On a machine whose speed drifts (a shared VM: ±10-25 % between runs a minute ap
 llama-bench processes run one after the other compare the machine's moods as much as the
 settings. Here one process loads MODEL once and opens one context per --case (``CTK/CTV``,
 ``CTK/CTV:KCENTER`` with KCENTER a ``--k-center`` value, default off, or ``CTK/CTV:KCENTER:norot``
-with the Hadamard rotation off), fills each with the same
+with the Hadamard rotation off; ``:VAR=VALUE`` items after those set an engine variable, LLAMA_* or GGML_*,
+while that context is created — for switches read there, e.g. ``turbo4/turbo4:off:LLAMA_TQ_ROT_ONE_NODE=0``),
+fills each with the same
 --depth tokens of WikiText-2 (ubatches of 512), then for each of --rounds rounds and each context in
 turn: with --prompt N, the text's next N tokens as one batch (ubatches of 512, logits of the last:
 llama-bench's ppN @ dDEPTH), then those cells removed again (llama_memory_seq_rm); then --tokens
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import statistics
 import sys
 import time
@@ -42,21 +45,27 @@ from tqgguf.models import resolve_model  # noqa: E402
 from tqgguf.texts import resolve_text  # noqa: E402
 
 
-def parse_case(s: str) -> tuple[str, str, str, bool]:
-    """``CTK/CTV[:KCENTER[:norot]]`` -> (ctk, ctv, k_center, rotation); ValueError naming the form otherwise."""
-    kv, _, rest = s.partition(":")
-    kc, _, rot = rest.partition(":")
+def parse_case(s: str) -> tuple[str, str, str, bool, dict[str, str]]:
+    """``CTK/CTV[:KCENTER[:norot]][:VAR=VALUE ...]`` -> (ctk, ctv, k_center, rotation, {VAR: VALUE}); ValueError
+    naming the form otherwise (VAR must be an engine variable: LLAMA_* or GGML_*)."""
+    kv, *parts = s.split(":")
+    n_plain = next((i for i, p in enumerate(parts) if "=" in p), len(parts))  # KCENTER, norot: before the VAR=VALUE items
+    rest, items = parts[:n_plain], parts[n_plain:]
+    env = dict(p.partition("=")[::2] for p in items)
+    kc, rot = (rest + ["", ""])[:2]
     ctk, sep, ctv = kv.partition("/")
-    if not sep or not ctk or not ctv or rot not in ("", "norot"):
-        raise ValueError(f"--case {s!r}: expected CTK/CTV[:KCENTER[:norot]], e.g. turbo4/turbo4:full or "
-                         "turbo4/turbo4:off:norot (the Hadamard rotation off)")
-    return ctk, ctv, kc or "off", rot != "norot"
+    if (not sep or not ctk or not ctv or rot not in ("", "norot") or len(rest) > 2 or any("=" not in p for p in items)
+            or any(not k.startswith(("LLAMA_", "GGML_")) or not v for k, v in env.items())):
+        raise ValueError(f"--case {s!r}: expected CTK/CTV[:KCENTER[:norot]][:VAR=VALUE ...] with VAR LLAMA_* or GGML_*, "
+                         "e.g. turbo4/turbo4:full, turbo4/turbo4:off:norot (the Hadamard rotation off) or "
+                         "turbo4/turbo4:off:LLAMA_TQ_ROT_ONE_NODE=0")
+    return ctk, ctv, kc or "off", rot != "norot", env
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a GGUF path or a `tqgguf models` name")
-    ap.add_argument("--case", action="append", required=True, help="CTK/CTV[:KCENTER[:norot]]; the first is the reference")
+    ap.add_argument("--case", action="append", required=True, help="CTK/CTV[:KCENTER[:norot]][:VAR=VALUE ...]; the first is the reference")
     ap.add_argument("--depth", type=int, default=4096, help="cells in the cache before timing (default 4096)")
     ap.add_argument("--prompt", type=int, default=0, help="tokens of one prefill per case and round (default 0: none)")
     ap.add_argument("--tokens", type=int, default=32, help="tokens decoded per case and round (default 32; 0: none)")
@@ -92,14 +101,23 @@ def main() -> int:
     toks = np.frombuffer(buf, dtype=np.int32, count=n).copy()
 
     ctxs = []
-    for ctk, ctv, kc, rot in cases:
+    for ctk, ctv, kc, rot, env in cases:
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = need + 256, max(512, a.prompt), 512
         cp.type_k, cp.type_v = ggml_type_id(ctk), ggml_type_id(ctv)
         cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         cp.n_threads = cp.n_threads_batch = a.threads
-        with engine_env(k_center=kc, rotation=rot):
-            ctx = llama_cpp.llama_init_from_model(mdl, cp)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # read by the engine while it builds the context
+        try:
+            with engine_env(k_center=kc, rotation=rot):
+                ctx = llama_cpp.llama_init_from_model(mdl, cp)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         if not ctx:
             raise SystemExit(f"could not create a context for {ctk}/{ctv}:{kc}{'' if rot else ':norot'}")
         ctxs.append(ctx)
@@ -115,7 +133,8 @@ def main() -> int:
         if llama_cpp.llama_decode(ctx, batch) != 0:
             raise SystemExit("llama_decode failed")
 
-    labels = [f"{ctk}/{ctv}:{kc}" + ("" if rot else ":norot") for ctk, ctv, kc, rot in cases]
+    labels = [f"{ctk}/{ctv}:{kc}" + ("" if rot else ":norot") + "".join(f":{k}={v}" for k, v in env.items())
+              for ctk, ctv, kc, rot, env in cases]
     for label, ctx in zip(labels, ctxs):
         t0 = time.perf_counter()
         for p in range(0, a.depth, 512):
