@@ -336,3 +336,20 @@ def test_k_center_add_back_op_is_the_six_nodes(tmp_path, tk, d, nh, nkv, nrot, n
     n_diff, amax = r.stdout.split()
     assert float(amax) > 10.0, "the values are not at the bias's size: the test lost its inputs"
     assert int(n_diff) == 0, f"{n_diff} values differ from the six nodes"
+
+
+def test_k_center_add_back_op_keeps_the_logits(wiki_tokens, tmp_path):
+    """Qwen2.5 with a turbo3 K under K centering ``full``: its 600-token prefill adds R(pos)·b back to K in one CPU
+    op (default; LLAMA_K_CENTER_ADD_OP) or in upstream-style graph nodes (=0); the engine says which, and every
+    decode logit after it is the same to the bit."""
+    model, toks = wiki_tokens("qwen2.5-coder-0.5b")
+    cases = [["turbo3", "turbo3", "full"]]
+    op, err_op = _run(model, toks, tmp_path / "op.npz", cases, "1", LLAMA_K_CENTER_ADD_OP="1")
+    nodes, err_nodes = _run(model, toks, tmp_path / "nodes.npz", cases, "1", LLAMA_K_CENTER_ADD_OP="0")
+    line = "the add-back of larger ubatches in one CPU op"
+    assert line in err_op, "the add-back op was not active: " + err_op[-2000:]
+    assert line not in err_nodes
+    a, b = op["turbo3/turbo3/full"], nodes["turbo3/turbo3/full"]
+    assert a.shape == b.shape and np.isfinite(a).all()
+    diff = np.count_nonzero(a.view(np.uint32) != b.view(np.uint32))
+    assert diff == 0, f"{diff} logits differ (max |d| {np.abs(a - b).max():.3g})"

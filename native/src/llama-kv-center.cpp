@@ -156,15 +156,16 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
         }
         return it->second.get();
     };
-    st.full_cpu = true;
+    bool on_cpu = true;
     for (const auto & [il, bk] : st.full_bias) {
         // the layer computed on the CPU device and its K cache in host memory: attention runs on the
         // CPU (with its K/V elsewhere, or the layer on a GPU, the scheduler may run it where one mask
-        // row serves all heads)
-        st.full_cpu = st.full_cpu && ggml_backend_buft_is_host(buft_of(il)) &&
-                      ggml_backend_dev_type(model.dev_layer(il)) == GGML_BACKEND_DEVICE_TYPE_CPU;
+        // row serves all heads, and a CPU op would move work off the GPU)
+        on_cpu = on_cpu && ggml_backend_buft_is_host(buft_of(il)) &&
+                 ggml_backend_dev_type(model.dev_layer(il)) == GGML_BACKEND_DEVICE_TYPE_CPU;
     }
-    st.full_fold = st.full_cpu && llama_tq_env_bool("LLAMA_K_CENTER_FOLD", true);
+    st.full_fold   = on_cpu && llama_tq_env_bool("LLAMA_K_CENTER_FOLD", true);
+    st.full_add_op = on_cpu && llama_tq_env_bool("LLAMA_K_CENTER_ADD_OP", true);
     st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
     ggml_set_name(st.full_unit, "k_center_full_unit");
     // with the fold, head_dim more slices: slice 2 + i holds row i of each head's M (llama-kv-center.h)
@@ -261,10 +262,11 @@ static llama_k_center_state build_full(const llama_model & model, const llama_hp
                        "subtract in %zu layers\n", __func__, layer_ids.size());
     } else {
         LLAMA_LOG_INFO("%s: k_center = full (the cache stores k - R(pos)·attn_k.bias; attention adds it back per "
-                       "cell%s): active on %zu of %zu layers\n", __func__,
+                       "cell%s%s): active on %zu of %zu layers\n", __func__,
                        st.full_pair.empty() ? "" : st.full_fold ? "; R(pos) of the pair units once per ubatch for all layers, "
                                                    "and in decode (<= 4 tokens) q·R(pos)·b in the attention mask, no K copy" :
                                                    "; R(pos) of the pair units once per ubatch for all layers",
+                       st.full_add_op ? "; the add-back of larger ubatches in one CPU op" : "",
                        st.full_bias.size(), layer_ids.size());
     }
     return st;

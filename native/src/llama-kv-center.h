@@ -93,9 +93,10 @@ struct llama_k_center_state {
     // so M has b_f, b_s in row f and b_f, -b_s in row s: one head_dim-long contraction per cell
     // instead of 2·head_dim over [R·uA ; R·uB], and half the table.
     bool                                     full_fold = false;
-    // full, every layer on the CPU device with its K cache in host memory (full_fold without the
-    // variable): the add-back of larger ubatches runs as one CPU op (llama_k_center_add_back)
-    bool                                     full_cpu = false;
+    // full, every layer on the CPU device with its K cache in host memory (as for full_fold) and
+    // LLAMA_K_CENTER_ADD_OP not 0: the add-back of larger ubatches runs as one CPU op
+    // (llama_k_center_add_back) instead of six graph nodes (the same values)
+    bool                                     full_add_op = false;
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
     // and the unrotated vectors (bias, file) or of the biases (full), e.g. "bias 1f0c…"
@@ -148,7 +149,7 @@ ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w);
 ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask);
 
 // Mode full's add-back where the fold does not serve (prefill: ubatches of more than 4 tokens) on the CPU
-// (llama_k_center_state::full_cpu), as one CPU custom op in place of six graph nodes (two broadcast
+// (llama_k_center_state::full_add_op), as one CPU custom op in place of six graph nodes (two broadcast
 // multiplies, an add, the Hadamard product, the cast of the K view to F32 and the add), each a pass over
 // n_kv x n_embd_k_gqa floats and a barrier of all threads:
 //   k       the layer's K cache view [D, n_head_kv, n_kv] (any type with a row decoder, rows contiguous)
