@@ -6,7 +6,6 @@
 #include "llama-impl.h"
 #include "llama-model.h"
 #include "llama-tq-checks.h"
-#include "llama-tq-rotate.h"
 
 #include "gguf.h"
 
@@ -156,16 +155,14 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
         }
         return it->second.get();
     };
-    bool on_cpu = true;
+    st.full_fold = llama_tq_env_bool("LLAMA_K_CENTER_FOLD", true);
     for (const auto & [il, bk] : st.full_bias) {
         // the layer computed on the CPU device and its K cache in host memory: attention runs on the
         // CPU (with its K/V elsewhere, or the layer on a GPU, the scheduler may run it where one mask
-        // row serves all heads, and a CPU op would move work off the GPU)
-        on_cpu = on_cpu && ggml_backend_buft_is_host(buft_of(il)) &&
-                 ggml_backend_dev_type(model.dev_layer(il)) == GGML_BACKEND_DEVICE_TYPE_CPU;
+        // row serves all heads)
+        st.full_fold = st.full_fold && ggml_backend_buft_is_host(buft_of(il)) &&
+                       ggml_backend_dev_type(model.dev_layer(il)) == GGML_BACKEND_DEVICE_TYPE_CPU;
     }
-    st.full_fold   = on_cpu && llama_tq_env_bool("LLAMA_K_CENTER_FOLD", true);
-    st.full_add_op = on_cpu && llama_tq_env_bool("LLAMA_K_CENTER_ADD_OP", true);
     st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
     ggml_set_name(st.full_unit, "k_center_full_unit");
     // with the fold, head_dim more slices: slice 2 + i holds row i of each head's M (llama-kv-center.h)
@@ -262,11 +259,10 @@ static llama_k_center_state build_full(const llama_model & model, const llama_hp
                        "subtract in %zu layers\n", __func__, layer_ids.size());
     } else {
         LLAMA_LOG_INFO("%s: k_center = full (the cache stores k - R(pos)·attn_k.bias; attention adds it back per "
-                       "cell%s%s): active on %zu of %zu layers\n", __func__,
+                       "cell%s): active on %zu of %zu layers\n", __func__,
                        st.full_pair.empty() ? "" : st.full_fold ? "; R(pos) of the pair units once per ubatch for all layers, "
                                                    "and in decode (<= 4 tokens) q·R(pos)·b in the attention mask, no K copy" :
                                                    "; R(pos) of the pair units once per ubatch for all layers",
-                       st.full_add_op ? "; the add-back of larger ubatches in one CPU op" : "",
                        st.full_bias.size(), layer_ids.size());
     }
     return st;
@@ -591,76 +587,4 @@ ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, 
     GGML_ASSERT(mask->ne[1] >= n_tok && mask->ne[2] == 1 && mask->ne[3] == 1);
     ggml_tensor * args[3] = { table, c, mask };
     return ggml_custom_4d(ctx, GGML_TYPE_F32, n_kv, n_tok, n_head, 1, args, 3, k_center_fold_mask_op, GGML_N_TASKS_MAX, nullptr);
-}
-
-// ---- mode full's add-back in one op (llama_k_center_add_back) ----
-
-// the products and their sum rounded one by one, as ggml_mul and ggml_add round them (no FMA: -ffp-contract
-// would fuse the multiply into the add and change the last bit)
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("fp-contract=off")))
-#endif
-static void k_center_bias_row(float * out, const float * ra, const float * rb, const float * ba, const float * bb, int64_t D) {
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
-    for (int64_t j = 0; j < D; ++j) {
-        const float pa = ra[j]*ba[j];
-        const float pb = rb[j]*bb[j];
-        out[j] = pa + pb;
-    }
-}
-
-static void k_center_add_back_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
-    const ggml_tensor * k  = dst->src[0];
-    const ggml_tensor * ra = dst->src[1];
-    const ggml_tensor * rb = dst->src[2];
-    const ggml_tensor * ba = dst->src[3];
-    const ggml_tensor * bb = dst->src[4];
-    const ggml_tensor * rot = dst->src[5];
-    const int64_t D = dst->ne[0], nh = dst->ne[1], nrows = nh*dst->ne[2];
-    const int64_t n = rot ? rot->ne[0] : 0;
-    const auto to_float = ggml_get_type_traits(k->type)->to_float;
-    std::vector<float> bias(D), kf(D);
-    const int64_t per = (nrows + nth - 1)/nth;
-    const int64_t r0 = std::min(nrows, ith*per), r1 = std::min(nrows, r0 + per);
-    for (int64_t r = r0; r < r1; ++r) {
-        const int64_t h = r % nh, c = r / nh;
-        const char * krow = (const char *) k->data + h*k->nb[1] + c*k->nb[2];
-        float * out = (float *) ((char *) dst->data + h*dst->nb[1] + c*dst->nb[2]);
-        k_center_bias_row(bias.data(), (const float *) ((const char *) ra->data + h*ra->nb[1] + c*ra->nb[2]),
-                          (const float *) ((const char *) rb->data + h*rb->nb[1] + c*rb->nb[2]),
-                          (const float *) ((const char *) ba->data + h*ba->nb[1]), (const float *) ((const char *) bb->data + h*bb->nb[1]), D);
-        const float * b = bias.data();
-        if (n) {  // H per group of n, into out (upstream's fwht), then the bias read from there
-            for (int64_t g = 0; g < D; g += n) {
-                llama_tq_fwht(out + g, bias.data() + g, n);
-            }
-            b = out;
-        }
-        const float * kv = (const float *) krow;
-        if (k->type != GGML_TYPE_F32) {
-            to_float(krow, kf.data(), D);
-            kv = kf.data();
-        }
-        for (int64_t j = 0; j < D; ++j) {
-            out[j] = kv[j] + b[j];
-        }
-    }
-}
-
-ggml_tensor * llama_k_center_add_back(ggml_context * ctx, ggml_tensor * k, ggml_tensor * ropeA, ggml_tensor * ropeB,
-                                      ggml_tensor * bA, ggml_tensor * bB, ggml_tensor * rot) {
-    const int64_t D = k->ne[0], nh = k->ne[1], n_kv = k->ne[2];
-    GGML_ASSERT(k->ne[3] == 1 && (k->type == GGML_TYPE_F32 || ggml_get_type_traits(k->type)->to_float != nullptr));
-    GGML_ASSERT(k->nb[0] == ggml_type_size(k->type) && D % ggml_blck_size(k->type) == 0);
-    for (ggml_tensor * t : { ropeA, ropeB }) {
-        GGML_ASSERT(t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[0] == D && t->ne[1] == nh && t->ne[2] == n_kv);
-    }
-    for (ggml_tensor * t : { bA, bB }) {
-        GGML_ASSERT(t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[0] == D && t->ne[1] == nh);
-    }
-    GGML_ASSERT(!rot || (rot->ne[0] > 0 && (rot->ne[0] & (rot->ne[0] - 1)) == 0 && D % rot->ne[0] == 0));
-    ggml_tensor * args[6] = { k, ropeA, ropeB, bA, bB, rot };
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, D, nh, n_kv, 1, args, rot ? 6 : 5, k_center_add_back_op, GGML_N_TASKS_MAX, nullptr);
 }

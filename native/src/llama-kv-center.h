@@ -93,10 +93,6 @@ struct llama_k_center_state {
     // so M has b_f, b_s in row f and b_f, -b_s in row s: one head_dim-long contraction per cell
     // instead of 2·head_dim over [R·uA ; R·uB], and half the table.
     bool                                     full_fold = false;
-    // full, every layer on the CPU device with its K cache in host memory (as for full_fold) and
-    // LLAMA_K_CENTER_ADD_OP not 0: the add-back of larger ubatches runs as one CPU op
-    // (llama_k_center_add_back) instead of six graph nodes (the same values)
-    bool                                     full_add_op = false;
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
     // and the unrotated vectors (bias, file) or of the biases (full), e.g. "bias 1f0c…"
@@ -147,18 +143,3 @@ ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w);
 // Returns F32 [n_kv, n_tok, n_head]: e[r, t, h] = mask[r, t] + Σ_j c[j, h, t] · table(r, j), the sum over
 // j in order (one F32 multiply-add per j, 16 cells per vector, 8 heads per pass over a tile).
 ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask);
-
-// Mode full's add-back where the fold does not serve (prefill: ubatches of more than 4 tokens) on the CPU
-// (llama_k_center_state::full_add_op), as one CPU custom op in place of six graph nodes (two broadcast
-// multiplies, an add, the Hadamard product, the cast of the K view to F32 and the add), each a pass over
-// n_kv x n_embd_k_gqa floats and a barrier of all threads:
-//   k       the layer's K cache view [D, n_head_kv, n_kv] (any type with a row decoder, rows contiguous)
-//   ropeA,
-//   ropeB   F32 [D, n_head_kv, n_kv]: R(pos)·uA, R(pos)·uB of each cell (llama_k_center_state)
-//   bA, bB  F32 [D, n_head_kv] views (row stride nb[1]): the bias's pair components
-//   rot     the cache's K rotation matrix (only n = ne[0] is read) or nullptr
-// Returns F32 [D, n_head_kv, n_kv]: to_float(k) + H·(ropeA ⊙ bA + ropeB ⊙ bB) per head row, H in groups of
-// n (llama_tq_fwht), each product, sum and the H stages rounded as the six nodes round them, so the
-// values are those nodes' to the bit.
-ggml_tensor * llama_k_center_add_back(ggml_context * ctx, ggml_tensor * k, ggml_tensor * ropeA, ggml_tensor * ropeB,
-                                      ggml_tensor * bA, ggml_tensor * bB, ggml_tensor * rot);

@@ -75,7 +75,7 @@ def main() -> int:
     a = ap.parse_args()
     try:
         cases = [parse_case(c) for c in a.case]
-        for ctk, ctv, _, _ in cases:
+        for ctk, ctv, *_ in cases:
             ggml_type_id(ctk), ggml_type_id(ctv)  # unknown names fail here, naming the allowed ones
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
