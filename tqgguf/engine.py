@@ -355,13 +355,15 @@ def cpu_threadpool(ctx, n_threads: int):
 
 
 @contextmanager
-def engine_env(*, rotation: bool = True, k_center: str = "off", kv_plan: str = ""):
+def engine_env(*, rotation: bool = True, k_center: str = "off", kv_plan: str = "", extra: dict[str, str] | None = None):
     """Set the variables the patched llama.cpp reads when it creates a KV cache:
     ``LLAMA_ATTN_ROT_DISABLE`` (upstream's rotation switch) and ``LLAMA_K_CENTER``
     (tqgguf's K centering: off, bias[:N], file:PATH; see tqgguf.kcenter) and
-    ``LLAMA_KV_PLAN`` (per-layer K/V types, "" = none; see tqgguf.kvplan). Restores them
+    ``LLAMA_KV_PLAN`` (per-layer K/V types, "" = none; see tqgguf.kvplan), and any ``extra``
+    engine variables (name -> value; the A/B switches of docs/SETTINGS.md). Restores them
     after; serialised with a lock, since the environment is process-wide."""
-    wanted = {"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center, "LLAMA_KV_PLAN": kv_plan}
+    wanted = {"LLAMA_ATTN_ROT_DISABLE": "0" if rotation else "1", "LLAMA_K_CENTER": k_center, "LLAMA_KV_PLAN": kv_plan,
+              **(extra or {})}
     with _env_lock:
         old = {k: os.environ.get(k) for k in wanted}
         os.environ.update(wanted)

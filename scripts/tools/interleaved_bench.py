@@ -9,7 +9,7 @@ llama-bench processes run one after the other compare the machine's moods as muc
 settings. Here one process loads MODEL once and opens one context per --case (``CTK/CTV``,
 ``CTK/CTV:KCENTER`` with KCENTER a ``--k-center`` value, default off, or ``CTK/CTV:KCENTER:norot``
 with the Hadamard rotation off; ``:VAR=VALUE`` items after those set an engine variable, LLAMA_* or GGML_*,
-while that context is created — for switches read there, e.g. ``turbo4/turbo4:off:LLAMA_TQ_ROT_ONE_NODE=0``),
+while that context is created — for switches read there, e.g. ``turbo4/turbo4:full:LLAMA_K_CENTER_FOLD=0``),
 fills each with the same
 --depth tokens of WikiText-2 (ubatches of 512), then for each of --rounds rounds and each context in
 turn: with --prompt N, the text's next N tokens as one batch (ubatches of 512, logits of the last:
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import os
 import statistics
 import sys
 import time
@@ -58,7 +57,7 @@ def parse_case(s: str) -> tuple[str, str, str, bool, dict[str, str]]:
             or any(not k.startswith(("LLAMA_", "GGML_")) or not v for k, v in env.items())):
         raise ValueError(f"--case {s!r}: expected CTK/CTV[:KCENTER[:norot]][:VAR=VALUE ...] with VAR LLAMA_* or GGML_*, "
                          "e.g. turbo4/turbo4:full, turbo4/turbo4:off:norot (the Hadamard rotation off) or "
-                         "turbo4/turbo4:off:LLAMA_TQ_ROT_ONE_NODE=0")
+                         "turbo4/turbo4:full:LLAMA_K_CENTER_FOLD=0")
     return ctk, ctv, kc or "off", rot != "norot", env
 
 
@@ -107,17 +106,8 @@ def main() -> int:
         cp.type_k, cp.type_v = ggml_type_id(ctk), ggml_type_id(ctv)
         cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         cp.n_threads = cp.n_threads_batch = a.threads
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # read by the engine while it builds the context
-        try:
-            with engine_env(k_center=kc, rotation=rot):
-                ctx = llama_cpp.llama_init_from_model(mdl, cp)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        with engine_env(k_center=kc, rotation=rot, extra=env):  # env: read by the engine while it builds the context
+            ctx = llama_cpp.llama_init_from_model(mdl, cp)
         if not ctx:
             raise SystemExit(f"could not create a context for {ctk}/{ctv}:{kc}{'' if rot else ':norot'}")
         ctxs.append(ctx)
