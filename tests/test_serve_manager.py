@@ -79,13 +79,19 @@ def test_a_reload_that_fails_is_a_400_and_the_next_request_loads_the_model_again
 # -- Ollama's queue -----------------------------------------------------------------------------------------------
 
 
+def _wait_until(s: Server, cond, what: str, timeout: float = 60.0, show=lambda: None) -> None:
+    """Poll ``cond()`` every 0.1 s until it holds; past ``timeout`` s fail with ``what``, ``show()``
+    (the state worth seeing) and the end of ``s``'s log."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, (what, show(), s.log()[-3000:])
+        time.sleep(0.1)
+
+
 def _wait_for(s: Server, text: str, timeout: float = 60.0, seen: int = 0) -> None:
     """Wait until ``text`` is in ``s``'s log more than ``seen`` times: count the lines an earlier
     request logged too, else the wait ends at once on theirs."""
-    deadline = time.monotonic() + timeout
-    while s.log().count(text) <= seen:
-        assert time.monotonic() < deadline, s.log()[-3000:]
-        time.sleep(0.1)
+    _wait_until(s, lambda: s.log().count(text) > seen, text, timeout)
 
 
 def test_a_request_for_another_model_waits_in_the_queue_while_the_loaded_one_is_busy(srv):
@@ -198,13 +204,6 @@ def _requests(s: Server) -> tuple[int, int]:
     return sum(r["active_requests"] for r in runners), sum(r["waiting_requests"] for r in runners)
 
 
-def _wait_until(s: Server, cond, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, (what, _requests(s), s.log()[-3000:])
-        time.sleep(0.1)
-
-
 def test_sigterm_while_requests_wait_behind_a_pending_reload(store_srv):
     """Two OpenAI streams run (both slots); an /api request with another num_ctx waits for them
     to reload the model, and an Ollama stream and a plain /api/generate wait behind it. SIGTERM:
@@ -238,7 +237,7 @@ def test_sigterm_while_requests_wait_behind_a_pending_reload(store_srv):
 
     # each step once the server shows the last one done: a thread's start is no request order
     start("openai-stream-0", "openai-stream-1")
-    _wait_until(s, lambda: _requests(s) == (2, 0), "both streams running")
+    _wait_until(s, lambda: _requests(s) == (2, 0), "both streams running", show=lambda: _requests(s))
     pending = "reloading smol:latest with num_ctx 512 (was num_ctx 128): waiting for 2 request(s) to finish"
     seen = s.log().count(pending)
     start("reload")
@@ -248,7 +247,7 @@ def test_sigterm_while_requests_wait_behind_a_pending_reload(store_srv):
     start("ollama-stream", "ollama")
     # both wait behind it (waiting: the reload's own request and these two) before the signal,
     # which would otherwise find them not yet arrived and refuse their connections
-    _wait_until(s, lambda: _requests(s) == (2, 3), "the last two waiting behind the reload")
+    _wait_until(s, lambda: _requests(s) == (2, 3), "the last two waiting behind the reload", show=lambda: _requests(s))
     starts = s.log().count(" ready in ")
     _, log = s.sigterm(threads)  # within the grace period + 1.5 s, by the signal
     for name in ("reload", "ollama-stream", "ollama"):

@@ -99,8 +99,10 @@ def main() -> int:
         raise SystemExit(f"the text has {n} tokens, {need} are needed (depth + the larger of --prompt and --tokens + 1)")
     toks = np.frombuffer(buf, dtype=np.int32, count=n).copy()
 
+    labels = [f"{ctk}/{ctv}:{kc}" + ("" if rot else ":norot") + "".join(f":{k}={v}" for k, v in env.items())
+              for ctk, ctv, kc, rot, env in cases]
     ctxs = []
-    for ctk, ctv, kc, rot, env in cases:
+    for (ctk, ctv, kc, rot, env), label in zip(cases, labels):
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = need + 256, max(512, a.prompt), 512
         cp.type_k, cp.type_v = ggml_type_id(ctk), ggml_type_id(ctv)
@@ -109,7 +111,7 @@ def main() -> int:
         with engine_env(k_center=kc, rotation=rot, extra=env):  # env: read by the engine while it builds the context
             ctx = llama_cpp.llama_init_from_model(mdl, cp)
         if not ctx:
-            raise SystemExit(f"could not create a context for {ctk}/{ctv}:{kc}{'' if rot else ':norot'}")
+            raise SystemExit(f"could not create a context for {label}")
         ctxs.append(ctx)
 
     batch = llama_cpp.llama_batch_init(max(512, a.prompt), 0, 1)
@@ -123,8 +125,6 @@ def main() -> int:
         if llama_cpp.llama_decode(ctx, batch) != 0:
             raise SystemExit("llama_decode failed")
 
-    labels = [f"{ctk}/{ctv}:{kc}" + ("" if rot else ":norot") + "".join(f":{k}={v}" for k, v in env.items())
-              for ctk, ctv, kc, rot, env in cases]
     for label, ctx in zip(labels, ctxs):
         t0 = time.perf_counter()
         for p in range(0, a.depth, 512):
