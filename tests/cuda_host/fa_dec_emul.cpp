@@ -161,6 +161,18 @@ static uint32_t ggml_cuda_turbo_movmatrix(const uint32_t x) {
     emul_warp_bar[w]->arrive_and_wait();
     return lo | (hi << 16);
 }
+// prmt.b32, default mode (PTX ISA): byte n = byte (c_n & 7) of b:a, or its sign replicated where c_n & 8;
+// c_n = nibble n of c's low 16 bits (unlike __byte_perm, which defines c_n & 7 only)
+static uint32_t ggml_cuda_turbo_prmt(const uint32_t a, const uint32_t b, const uint32_t c) {
+    const uint64_t x = (uint64_t) a | ((uint64_t) b << 32);
+    uint32_t r = 0;
+    for (int n = 0; n < 4; ++n) {
+        const uint32_t cn   = (c >> (4*n)) & 0xF;
+        const uint32_t byte = (uint32_t) (x >> (8*(cn & 7))) & 0xFF;
+        r |= (cn & 8 ? (byte & 0x80 ? 0xFFu : 0u) : byte) << (8*n);
+    }
+    return r;
+}
 
 #include "turbo-fattn-dec.cuh"
 
@@ -239,12 +251,13 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
         constexpr bool st = VAR == 5;
         constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
-        constexpr bool ev = (VAR >= 7 && VAR <= 9) || VAR == 11;
-        constexpr bool nk = (VAR >= 8 && VAR <= 9) || VAR == 11;
+        constexpr bool ev = (VAR >= 7 && VAR <= 9) || VAR >= 11;
+        constexpr bool nk = (VAR >= 8 && VAR <= 9) || VAR >= 11;
         constexpr bool v8 = VAR >= 9;  // V's centroids as int8
-        constexpr bool aw = VAR == 11;  // the rows' aligned words
-        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw> :
-                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw>;
+        constexpr bool aw = VAR >= 11;  // the rows' aligned words
+        constexpr int  s7 = VAR == 12 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
+        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7> :
+                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7>;
     } else {
         kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
     }
@@ -400,6 +413,13 @@ int main() {
     }
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 11>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 11>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    for (const fa_case & fc : cases) {  // 11 with 7-bit codes looked up in PRMT's sign mode (VAR 12): every case
+        ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 12>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 12>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 12>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[1], rng);  // int8 V (VAR 10), its words read in P.V (no early V)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>({ 256, 1, 3, 1, 1, true, false, 8.0f }, rng);

@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4..11 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..13 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -93,7 +93,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      pairs run 6). Measured (session 22, FA alone, three interleaved rounds): KV 32768 22.84 ->
 //      22.69 us, 65536 42.12 -> 41.24, 131072 76.37 -> 74.52, 8192 9.76 -> 9.91; 8B shape tg64 @
 //      16K 258.2 -> 262.5 t/s, @ 64K 202.9 -> 205.1. The default.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 11;
+//  12: 11 with K's and V's centroids as 7-bit codes looked up in PRMT's sign mode (s7 in
+//      turbo-fattn-mma.cuh: 3 ALU instructions per 4 values instead of 6; the codes' step is
+//      max|c|/63 instead of /127); turbo4 K and V (other pairs run 6).
+//  13: 12 for K only (V as in 11).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 13;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -686,15 +690,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
 }
 
 template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false, bool v_i8 = false,
-          bool aw = false>
+          bool aw = false, int s7 = 0>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -724,6 +728,14 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                } else if ((var == 12 || var == 13) && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
+                    if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
+                        if (var == 12) {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                        } else {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 1>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                        }
+                    }
                 } else if (var == 11 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
@@ -738,7 +750,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 10) {  // 6 with int8 V, every pair
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                } else if (var == 6 || var == 8 || var == 9 || var == 11) {  // 8, 9 and 11 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                } else if (var == 6 || var == 8 || var == 9 || var >= 11) {  // 8, 9, 11, 12 and 13 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));

@@ -1,5 +1,5 @@
 // tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
-// sequence: variants 4..11 of GGML_CUDA_TURBO_FA_DEC, 11 the default (turbo-fattn-dec.cuh includes
+// sequence: variants 4..13 of GGML_CUDA_TURBO_FA_DEC, 11 the default (turbo-fattn-dec.cuh includes
 // this file and dispatches to it; shapes it does not cover take variant 1).
 //
 // Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
@@ -47,7 +47,7 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const
 static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_mma_rows   = ggml_cuda_turbo_fa_mma_nwarps*32;  // KV rows per tile (4 warps x 32)
 
-#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these three
+#ifndef GGML_CUDA_TURBO_HOST_CHECK  // the host emulation (tests/cuda_host/fa_dec_emul.cpp) defines these four
 // D (16x8 s32) += A (16x32 s8, row) * B (32x8 s8, col); fragments as in the PTX ISA for m16n8k32
 static __device__ __forceinline__ void ggml_cuda_turbo_mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #ifdef AMPERE_MMA_AVAILABLE
@@ -81,6 +81,15 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_movmatrix(const uint3
     NO_DEVICE_CODE;
     return 0;
 #endif
+}
+// prmt.b32 in its default mode (PTX ISA, "prmt"): byte n of the result is byte (c_n & 7) of the 8 bytes
+// b:a (a = bytes 0..3), c_n = nibble n of c's low 16 bits; where c_n & 8 it is that byte's sign bit
+// replicated (0x00 or 0xFF) instead. __byte_perm defines only c_n & 7, so nvcc masks the selector with
+// 0x7777 first (one LOP3 per lookup); ggml_cuda_turbo_fa_mma_lookup7 uses the sign mode.
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_prmt(const uint32_t a, const uint32_t b, const uint32_t c) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
 }
 #endif // GGML_CUDA_TURBO_HOST_CHECK
 
@@ -118,14 +127,28 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup(const u
     }
 }
 
-// v_i8: bytes (r0 e, r1 e, r0 e+1, r1 e+1) of int8 centroids stored + 128 as two half2 A registers,
-// (r0, r1) of element e in a0, of e + 1 in a1: each byte under 0x64 (x64 = 0x64646464; the fp16 bits
-// 0x64xx are 1024 + xx exactly), then 1152 taken off (exact: the result is the integer q, |q| <= 127)
+// s7 (variant 12): the 16-entry lookup of 7-bit codes (ggml_cuda_turbo_table_word plane 4: t[0..1] =
+// entries 0..7, t[2..3] = entries 15..8), nsel = ~sel. For a nibble i < 8 the first PRMT gives entry i
+// and the second, whose nibble ~i has bit 3 set, the sign of a byte under 0x80: 0; for i >= 8 the first
+// gives 0 (sign mode) and the second byte (15 - i) of t[2..3], entry i. So an OR joins them: 3
+// instructions per 4 values (two when nsel is shared) against 6 for ggml_cuda_turbo_fa_mma_lookup (the
+// 0x7777 mask, two PRMT, the pick selector's shift and LOP3, the pick). The price is a bit of the
+// centroids' precision: a sign-mode byte keeps its msb, so an entry's msb cannot depend on bit 3 of its
+// index, and every code must be under 0x80 (q + 64, |q| <= 63, instead of int8's |q| <= 127).
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup7(const uint32_t sel, const uint32_t nsel, const uint32_t (&t)[4]) {
+    return ggml_cuda_turbo_prmt(t[0], t[1], sel) | ggml_cuda_turbo_prmt(t[2], t[3], nsel);
+}
+
+// v_i8: bytes (r0 e, r1 e, r0 e+1, r1 e+1) of integer centroids q stored + off (128: int8, 64: the 7-bit
+// codes) as two half2 A registers, (r0, r1) of element e in a0, of e + 1 in a1: each byte under 0x64
+// (x64 = 0x64646464; the fp16 bits 0x64xx are 1024 + xx exactly), then 1024 + off taken off (exact: the
+// result is the integer q)
+template <int off>
 static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_i8_pairs(const uint32_t b, const uint32_t x64, uint32_t & a0, uint32_t & a1) {
     const uint32_t u0 = __byte_perm(b, x64, 0x4140);
     const uint32_t u1 = __byte_perm(b, x64, 0x4342);
-    const half2 h0 = __hsub2(*((const half2 *) &u0), make_half2(1152.0f, 1152.0f));
-    const half2 h1 = __hsub2(*((const half2 *) &u1), make_half2(1152.0f, 1152.0f));
+    const half2 h0 = __hsub2(*((const half2 *) &u0), make_half2(1024.0f + off, 1024.0f + off));
+    const half2 h1 = __hsub2(*((const half2 *) &u1), make_half2(1024.0f + off, 1024.0f + off));
     a0 = *((const uint32_t *) &h0);
     a1 = *((const uint32_t *) &h1);
 }
@@ -280,8 +303,13 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // (the HSUB2 go to the FMA pipe); turbo3 and turbo2 V (each row looked up alone): 4 per 4 values
 // instead of 6. The V centroids then carry K's int8 precision (error <= step/2 =
 // max|c|/254, against turbo4's cells of ~0.26 sigma).
+// s7 (with aw; bit 0: K, bit 1: V; variant 12: both, 13: K only): the centroids as 7-bit codes, looked up
+// by ggml_cuda_turbo_fa_mma_lookup7 (3 ALU instructions per 4 values instead of 6). K's codes are q + 64:
+// K.Q's int32 C then holds sum (q + 64) Qi = sum q Qi + 64 sum Qi, so C starts at -64 sum Qi of the
+// block's 64 dims and head (Q's int8 sum, from its quantization); V's bias goes with the HSUB2 (1088
+// instead of 1152).
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false, bool aw = false>
+          bool v_i8 = false, bool aw = false, int s7 = 0>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -320,6 +348,11 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool K4 = type_K == GGML_TYPE_TURBO4_0;  // turbo4 K: the interleaved element order (words, above)
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
+    static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
+    constexpr bool s7K = s7 & 1;
+    constexpr bool s7V = s7 & 2;
+    constexpr int qmax_K = s7K ? 63 : 127;  // the integer centroids' range (ggml_cuda_turbo_i8_step)
+    constexpr int qmax_V = s7V ? 63 : 127;
     constexpr int KNW = ggml_cuda_turbo_fa_mma_k4<aw>::nw;  // K words per row and lane
     constexpr int VNW = aw ? 4 : 5;                         // early V words per row and lane
 
@@ -348,6 +381,7 @@ static __global__ void flash_attn_ext_turbo_mma(
 
     __shared__ __align__(16) int8_t sh_q[8][D];   // Q (scaled) as int8, 8 columns
     __shared__ float sh_qd[8][NB];                // its scale per 64 dims
+    __shared__ int   sh_qs[8][NB];                // s7: the sum of its int8 values per 64 dims
     __shared__ float sh_max[8][nwarps];
     __shared__ float sh_sum[8][nwarps];
     // the staged rows (two tiles: 2 x nwarps x 64 slots) and, after the KV loop, the warps' accumulators
@@ -373,13 +407,23 @@ static __global__ void flash_attn_ext_turbo_mma(
         const float d  = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f/d : 0.0f;
         uint32_t q = 0;
+        int qsum = 0;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            q |= (uint32_t) (uint8_t) (int8_t) __float2int_rn(x[c]*id) << (8*c);
+            const int qc = __float2int_rn(x[c]*id);
+            q |= (uint32_t) (uint8_t) (int8_t) qc << (8*c);
+            qsum += qc;
         }
         *((uint32_t *) &sh_q[h][4*lane]) = q;
+        if constexpr (s7K) {
+#pragma unroll
+            for (int off = 1; off < 16; off <<= 1) {
+                qsum += __shfl_xor_sync(0xFFFFFFFF, qsum, off, WARP_SIZE);
+            }
+        }
         if (lane % 16 == 0) {
             sh_qd[h][lane/16] = d;
+            sh_qs[h][lane/16] = qsum;
         }
     }
     __syncthreads();
@@ -413,17 +457,19 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
     }
     float qd[NB][2];  // scale of Q per block for the C columns 2t, 2t+1, times the int8 table's step
+    int   c0[NB][2];  // K.Q's C at the start: 0, or (s7) -64 x the sum of the column's int8 Q values in the block
 #pragma unroll
     for (int m = 0; m < NB; ++m) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K>();
+            qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K, qmax_K>();
+            c0[m][hh] = s7K ? -64*sh_qs[2*t + hh][m] : 0;
         }
     }
 
-    uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes (v_i8: int8 + 128 in tVlo)
-    ggml_cuda_turbo_fa_mma_table<type_K, 0>(tK, ne00);
-    ggml_cuda_turbo_fa_mma_table<type_V, v_i8 ? 3 : 1>(tVlo, ne00);
+    uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes (v_i8: int8 + 128 in tVlo; s7: 7-bit codes, plane 4)
+    ggml_cuda_turbo_fa_mma_table<type_K, s7K ? 4 : 0>(tK, ne00);
+    ggml_cuda_turbo_fa_mma_table<type_V, s7V ? 4 : v_i8 ? 3 : 1>(tVlo, ne00);
     if constexpr (!v_i8) {
         ggml_cuda_turbo_fa_mma_table<type_V, 2>(tVhi, ne00);
     }
@@ -560,8 +606,14 @@ static __global__ void flash_attn_ext_turbo_mma(
                     for (int m = 0; m < NB; ++m) {
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
-                            A[m][j][rr + 0] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j], tK, m4);        // cols 4t..: (o, o+32, o+1, o+33)
-                            A[m][j][rr + 2] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j] >> 16, tK, m4);  // cols 16+4t..: (o+2, o+34, o+3, o+35)
+                            if constexpr (s7K) {
+                                const uint32_t nw = ~w[m][j];
+                                A[m][j][rr + 0] = ggml_cuda_turbo_fa_mma_lookup7(w[m][j],       nw,       tK);
+                                A[m][j][rr + 2] = ggml_cuda_turbo_fa_mma_lookup7(w[m][j] >> 16, nw >> 16, tK);
+                            } else {
+                                A[m][j][rr + 0] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j], tK, m4);        // cols 4t..: (o, o+32, o+1, o+33)
+                                A[m][j][rr + 2] = ggml_cuda_turbo_fa_mma_lookup<type_K>(w[m][j] >> 16, tK, m4);  // cols 16+4t..: (o+2, o+34, o+3, o+35)
+                            }
                         }
                     }
                 } else {  // elements 16q + 4t .. +3 of block m in v[4m + q] (the decode kernel's K lanes)
@@ -584,7 +636,7 @@ static __global__ void flash_attn_ext_turbo_mma(
             for (int m = 0; m < NB; ++m) {
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    C[m][c] = 0;
+                    C[m][c] = c0[m][c % 2];  // column (head) 2t + c % 2
                 }
                 ggml_cuda_turbo_mma_s8(C[m], A[m][0], Bq[m][0]);
                 ggml_cuda_turbo_mma_s8(C[m], A[m][1], Bq[m][1]);
@@ -704,10 +756,15 @@ static __global__ void flash_attn_ext_turbo_mma(
                         uint32_t Av[4];
 #pragma unroll
                         for (int rp = 0; rp < 2; ++rp) {
-                            if constexpr (v_i8 && V4) {
+                            if constexpr (s7V) {
+                                const uint32_t sl = pw[rp][m][s] >> (16*kp);
+                                const uint32_t ns = ~pw[rp][m][s] >> (16*kp);
+                                const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup7(sl, ns, tVlo);  // q + 64: (row 2t, 2t+1) of e, of e + 1
+                                ggml_cuda_turbo_fa_mma_i8_pairs<64>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
+                            } else if constexpr (v_i8 && V4) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
-                                ggml_cuda_turbo_fa_mma_i8_pairs(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
+                                ggml_cuda_turbo_fa_mma_i8_pairs<128>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else if constexpr (V4) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);
@@ -718,7 +775,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                                 const uint32_t b0 = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][0][m][s], tVlo, m4);
                                 const uint32_t b1 = ggml_cuda_turbo_fa_mma_lookup<type_V>(sel[rp][1][m][s], tVlo, m4);
                                 const uint32_t b  = __byte_perm(b0, b1, kp ? 0x7362 : 0x5140);  // (row 2t, 2t+1) of e, of e + 1
-                                ggml_cuda_turbo_fa_mma_i8_pairs(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
+                                ggml_cuda_turbo_fa_mma_i8_pairs<128>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else {  // each row's 4 elements as two half2, then paired across the rows
                                 uint32_t x[2];
 #pragma unroll
@@ -779,7 +836,7 @@ static __global__ void flash_attn_ext_turbo_mma(
         if (g == 0) {
             sh_sum[h][warp] = KQ_sum[hh]*f;
         }
-        const float fv = v_i8 ? f*ggml_cuda_turbo_i8_step<type_V>() : f;  // v_i8: O holds sums of int8 centroids
+        const float fv = v_i8 ? f*ggml_cuda_turbo_i8_step<type_V, qmax_V>() : f;  // v_i8: O holds sums of integer centroids
         if (h < ng) {
 #pragma unroll
             for (int i = 0; i < NM; ++i) {

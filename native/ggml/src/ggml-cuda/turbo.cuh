@@ -951,27 +951,36 @@ static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_half_bits(const fl
     return (f < 0 ? 0x8000u : 0u) | ((uint32_t) (e + 15) << 10) | mi;
 }
 
-template <ggml_type type>
-static constexpr __host__ __device__ float ggml_cuda_turbo_i8_step() {  // max|c| / 127
+// the step of the integer centroids q = round(c / step), |q| <= qmax: max|c| / qmax (127: int8; 63: the
+// 7-bit codes of plane 4)
+template <ggml_type type, int qmax = 127>
+static constexpr __host__ __device__ float ggml_cuda_turbo_i8_step() {
     typedef ggml_cuda_turbo_fa_codebook<type> cb;
-    return cb::c[ggml_cuda_turbo_traits<type>::levels - 1] / 127.0f;  // ascending, symmetric
+    return cb::c[ggml_cuda_turbo_traits<type>::levels - 1] / (float) qmax;  // ascending, symmetric
 }
 
 // word w of a byte table (entries 4w .. 4w+3; 0 beyond the codebook). plane: 0 = int8
 // centroid, 1 = low byte of the fp16 centroid, 2 = its high byte, 3 = the int8 centroid + 128
-// (offset binary: as the low byte of the fp16 bits 0x64xx it is the value 1024 + 128 + q)
+// (offset binary: as the low byte of the fp16 bits 0x64xx it is the value 1024 + 128 + q),
+// 4 = the 7-bit code q + 64 (|q| <= 63, step max|c|/63: every byte under 0x80), 16 entries only,
+// words 0, 1 = entries 0..7 and words 2, 3 = entries 15..8 (reversed: byte k of words 2, 3 is entry
+// 15 - k), for the two sign-mode PRMT of ggml_cuda_turbo_fa_mma_lookup7
 template <ggml_type type, int plane>
 static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_table_word(const int w) {
     typedef ggml_cuda_turbo_fa_codebook<type> cb;
     constexpr int levels = ggml_cuda_turbo_traits<type>::levels;
+    static_assert(plane != 4 || levels == 16, "7-bit codes: 16-entry tables");
     uint32_t r = 0;
     for (int k = 0; k < 4; ++k) {
-        const int i = 4*w + k;
+        const int i = plane == 4 && w >= 2 ? 23 - (4*w + k) : 4*w + k;
         if (i >= levels) {
             break;
         }
         uint32_t byte = 0;
-        if (plane == 0 || plane == 3) {
+        if (plane == 4) {
+            const float q = cb::c[i] / ggml_cuda_turbo_i8_step<type, 63>();
+            byte = (uint32_t) ((int) (q >= 0.0f ? q + 0.5f : q - 0.5f) + 64);
+        } else if (plane == 0 || plane == 3) {
             const float q = cb::c[i] / ggml_cuda_turbo_i8_step<type>();
             byte = (uint32_t) (uint8_t) (int8_t) (int) (q >= 0.0f ? q + 0.5f : q - 0.5f);
             byte ^= plane == 3 ? 0x80 : 0;  // q + 128 for int8 q
