@@ -112,6 +112,30 @@ def test_codebook_sanity_figures():
     assert expected_relative_mse("turbo4") < expected_relative_mse("turbo3") < expected_relative_mse("turbo2")
 
 
+@pytest.mark.parametrize("name", ["turbo2", "turbo3", "turbo4"])
+def test_code_step_fits_qmax_and_beats_the_plain_step(name):
+    """code_step's 7-bit step: every code within +-63 (the sign-mode lookup needs bytes q + 64 < 0x80),
+    and an expected error no worse than max|c|/63's and, for turbo4, than the int8 codes at max|c|/127
+    (the figures in docs/CUDA.md "Session 23"), recomputed here from the cell masses by Monte Carlo."""
+    c = np.array(lloyd_max(codebook.LEVELS[name])[0])
+    step, err = codebook.code_step(name, 63)
+    assert np.max(np.abs(np.round(c / step))) <= 63
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((200_000, QK_TURBO))
+    t = (x / np.linalg.norm(x, axis=1, keepdims=True)).ravel()  # coordinates of uniform unit vectors
+    idx = np.searchsorted(0.5 * (c[1:] + c[:-1]), t)
+
+    def mc(s):  # relative expected squared error of the centroids as codes of step s
+        return float(np.mean((np.round(c / s)[idx] * s - c[idx]) ** 2) * QK_TURBO)
+    assert mc(step) == pytest.approx(err, rel=0.05)
+    assert mc(step) <= mc(c[-1] / 63) * 1.0001
+    if name == "turbo4":
+        assert mc(step) < mc(c[-1] / 127)  # 0.43 % of the quantizer's MSE against 0.49 %
+        assert err / expected_relative_mse(name) == pytest.approx(0.0043, abs=0.0005)
+    with pytest.raises(ValueError):
+        codebook.code_step(name, 0)
+
+
 def test_lloyd_max_rejects_bad_arguments():
     with pytest.raises(ValueError):
         lloyd_max(3)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tqgguf.reference.codebook import (  # noqa: E402
-    LEVELS, boundaries_f32, centroids_f32, expected_relative_mse)
+    LEVELS, boundaries_f32, centroids_f32, code_step, expected_relative_mse)
 from tqgguf.reference.codec import SEARCH_INV_GRID  # noqa: E402
 
 HEADER = ROOT / "native" / "ggml" / "src" / "ggml-turbo-tables.h"
@@ -45,6 +45,9 @@ def render() -> str:
         lines.append(f"#define GGML_{up}_LEVELS {levels}")
         lines.append(f"#define GGML_{up}_CENTROIDS {{ {_floats(centroids_f32(name))} }}")
         lines.append(f"#define GGML_{up}_BOUNDARIES {{ {_floats(boundaries_f32(name))} }}")
+        step, err = code_step(name, 63)
+        lines.append(f"// 7-bit codes round(c / step), |code| <= 63 (CUDA decode): added relative MSE {err:.3e}")
+        lines.append(f"#define GGML_{up}_CODE7_STEP {_c_float(step)}")
         lines.append("")
     lines.append("// Scale-search encoder: candidate inverse scales 1/g, g = 0.75, 0.80, ..., 1.50.")
     lines.append(f"#define GGML_TURBO_SEARCH_STEPS {len(SEARCH_INV_GRID)}")

@@ -116,3 +116,48 @@ def boundaries_f32(type_name: str) -> np.ndarray:
 def expected_relative_mse(type_name: str) -> float:
     """Theoretical per-coordinate MSE of the Lloyd–Max quantizer relative to σ² = 1/64."""
     return lloyd_max(LEVELS[type_name])[1]
+
+
+@functools.lru_cache(maxsize=None)
+def code_step(type_name: str, qmax: int) -> tuple[float, float]:
+    """The step of integer codes for a codebook: centroid c_k as q_k = round(c_k / step), |q_k| <= qmax.
+
+    The CUDA decode kernel holds centroids as such codes (7-bit, qmax 63, for the sign-mode lookups
+    of docs/CUDA.md "Session 23"). The step minimizes the expected squared error of q_k step against
+    c_k, weighted by the mass of each centroid's cell under the sphere marginal: for a fixed rounding
+    pattern the best step is the least-squares sum(m c q) / sum(m q^2); the search starts from every
+    step that puts the largest centroid on a code in [qmax/2, qmax] (0.001 apart) and iterates round
+    -> least squares until the pattern is stable.
+
+    Args:
+        type_name: 'turbo2' | 'turbo3' | 'turbo4'.
+        qmax: largest code magnitude (>= 1).
+    Returns:
+        (step as float32-rounded float, expected squared error per coordinate relative to σ² = 1/64).
+    Raises:
+        KeyError: unknown type name.
+        ValueError: qmax < 1.
+    """
+    if qmax < 1:
+        raise ValueError(f"qmax must be >= 1, got {qmax}")
+    levels = LEVELS[type_name]
+    c = np.array(lloyd_max(levels)[0], dtype=np.float64)
+    nodes, weights = np.polynomial.legendre.leggauss(64)
+    bounds = np.concatenate(([-1.0], 0.5 * (c[1:] + c[:-1]), [1.0]))
+    mass = np.array([_cell_moments(bounds[k], bounds[k + 1], QK_TURBO, nodes, weights)[0] for k in range(levels)])
+    best = (math.inf, 0.0)
+    for top in np.arange(qmax + 0.4999, qmax / 2, -0.001):
+        step = c[-1] / top
+        for _ in range(20):
+            q = np.round(c / step)
+            if np.max(np.abs(q)) > qmax:
+                break
+            err = float(np.sum(mass * (q * step - c) ** 2))
+            best = min(best, (err, float(np.float32(step))))
+            ls = float(np.sum(mass * c * q) / np.sum(mass * q * q))
+            if ls == step:
+                break
+            step = ls
+    step = best[1]
+    q = np.round(c / step)
+    return step, float(np.sum(mass * (q * step - c) ** 2) * QK_TURBO)

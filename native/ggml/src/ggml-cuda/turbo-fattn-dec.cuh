@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 11  // the tensor-core kernel, next tile's K loaded ahead, V as int8, aligned words (session 22's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 12  // the tensor-core kernel, next tile's K loaded ahead, aligned words, K and V as 7-bit codes in sign-mode lookups (session 23's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -92,11 +92,13 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      instructions instead of 1,080: the addresses cost some of it back); turbo4 K and V (other
 //      pairs run 6). Measured (session 22, FA alone, three interleaved rounds): KV 32768 22.84 ->
 //      22.69 us, 65536 42.12 -> 41.24, 131072 76.37 -> 74.52, 8192 9.76 -> 9.91; 8B shape tg64 @
-//      16K 258.2 -> 262.5 t/s, @ 64K 202.9 -> 205.1. The default.
+//      16K 258.2 -> 262.5 t/s, @ 64K 202.9 -> 205.1. The default until session 23.
 //  12: 11 with K's and V's centroids as 7-bit codes looked up in PRMT's sign mode (s7 in
-//      turbo-fattn-mma.cuh: 3 ALU instructions per 4 values instead of 6; the codes' step is
-//      max|c|/63 instead of /127); turbo4 K and V (other pairs run 6).
-//  13: 12 for K only (V as in 11).
+//      turbo-fattn-mma.cuh: 3 ALU instructions per 4 values instead of 6; the codes' step is the
+//      generated GGML_TURBO4_CODE7_STEP); turbo4 K and V (other pairs run 6). Measured (session 23,
+//      FA alone, three interleaved rounds, against 11): KV 32768 22.34 -> 19.93 us, 131072 72.70 ->
+//      64.09; 8B shape serving 240 x (4096 + 128) S_TG 3412.5 -> 3616.8 t/s. The default.
+//  13: 12 for K only (V as in 11): KV 32768 21.62 us.
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 13;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers

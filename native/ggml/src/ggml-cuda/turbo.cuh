@@ -928,9 +928,9 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_lookup4(const uint32_
 
 // Compile-time tables: the generated codebook as int8 (K) and as fp16 byte planes (V).
 template <ggml_type type> struct ggml_cuda_turbo_fa_codebook;
-template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO4_0> { static constexpr float c[16] = GGML_TURBO4_CENTROIDS; };
-template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO3_0> { static constexpr float c[8]  = GGML_TURBO3_CENTROIDS; };
-template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO2_0> { static constexpr float c[4]  = GGML_TURBO2_CENTROIDS; };
+template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO4_0> { static constexpr float c[16] = GGML_TURBO4_CENTROIDS; static constexpr float step7 = GGML_TURBO4_CODE7_STEP; };
+template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO3_0> { static constexpr float c[8]  = GGML_TURBO3_CENTROIDS; static constexpr float step7 = GGML_TURBO3_CODE7_STEP; };
+template <> struct ggml_cuda_turbo_fa_codebook<GGML_TYPE_TURBO2_0> { static constexpr float c[4]  = GGML_TURBO2_CENTROIDS; static constexpr float step7 = GGML_TURBO2_CODE7_STEP; };
 
 // IEEE fp16 bits of a float in fp16's normal range, round to nearest even (every centroid is)
 static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_half_bits(const float f) {
@@ -951,18 +951,20 @@ static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_half_bits(const fl
     return (f < 0 ? 0x8000u : 0u) | ((uint32_t) (e + 15) << 10) | mi;
 }
 
-// the step of the integer centroids q = round(c / step), |q| <= qmax: max|c| / qmax (127: int8; 63: the
-// 7-bit codes of plane 4)
+// the step of the integer centroids q = round(c / step), |q| <= qmax. 127 (int8): max|c| / 127. 63 (the
+// 7-bit codes of plane 4): the generated GGML_TURBOn_CODE7_STEP, the step of least expected squared error
+// (tqgguf.reference.codebook.code_step; turbo4: 0.43 % of the quantizer's own MSE, max|c| / 127 adds 0.49 %)
 template <ggml_type type, int qmax = 127>
 static constexpr __host__ __device__ float ggml_cuda_turbo_i8_step() {
+    static_assert(qmax == 127 || qmax == 63, "integer codes: int8 or 7-bit");
     typedef ggml_cuda_turbo_fa_codebook<type> cb;
-    return cb::c[ggml_cuda_turbo_traits<type>::levels - 1] / (float) qmax;  // ascending, symmetric
+    return qmax == 63 ? cb::step7 : cb::c[ggml_cuda_turbo_traits<type>::levels - 1] / 127.0f;  // ascending, symmetric
 }
 
 // word w of a byte table (entries 4w .. 4w+3; 0 beyond the codebook). plane: 0 = int8
 // centroid, 1 = low byte of the fp16 centroid, 2 = its high byte, 3 = the int8 centroid + 128
 // (offset binary: as the low byte of the fp16 bits 0x64xx it is the value 1024 + 128 + q),
-// 4 = the 7-bit code q + 64 (|q| <= 63, step max|c|/63: every byte under 0x80), 16 entries only,
+// 4 = the 7-bit code q + 64 (|q| <= 63, step GGML_TURBOn_CODE7_STEP: every byte under 0x80), 16 entries only,
 // words 0, 1 = entries 0..7 and words 2, 3 = entries 15..8 (reversed: byte k of words 2, 3 is entry
 // 15 - k), for the two sign-mode PRMT of ggml_cuda_turbo_fa_mma_lookup7
 template <ggml_type type, int plane>
