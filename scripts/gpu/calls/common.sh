@@ -16,3 +16,31 @@ build() { env CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ bash scr
 # a machine handed back between calls comes back bare: build again, write the 8B shape again
 ensure_build() { [ -x "$B/llama-bench" ] || { echo "machine lost its build: building again"; build; }; }
 ensure_m8b() { [ -e /tmp/m8b.gguf ] || bash scripts/gpu/roofline.sh model /tmp/m8b.gguf 2>&1 | tail -1; }
+# The one-query FA call in interleaved rounds: fa_rounds NAME ROUNDS "DECS" PATTERN [FIRST]: for each round and each
+# GGML_CUDA_TURBO_FA_DEC value, test-backend-ops perf on the cases PATTERN matches (FIRST instead in the first
+# round's first DEC, e.g. with f16 added), into $OUT/NAME-rR-decD.txt, and one summary line per run (KV, K/V types,
+# the permutation where the case has one, µs per call) into $OUT/NAME-summary.txt
+fa_rounds() {
+  local name=$1 rounds=$2 decs=$3 pat=$4 first=${5:-$4} r dec f o
+  for r in $(seq 1 $rounds); do for dec in $decs; do
+    [ $(left) -lt 25 ] && { echo "stopping: $(left) s left"; break 2; }
+    f=$pat; [ $r$dec = 1${decs%% *} ] && f=$first
+    o=$OUT/$name-r$r-dec$dec.txt
+    GGML_CUDA_TURBO_FA_DEC=$dec timeout $(( $(left) - 5 )) $B/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "$f" > $o 2>&1 || echo "$name r$r DEC=$dec rc $?"
+    echo "r$r DEC=$dec: $(sed 's/\x1b\[[0-9;]*m//g' $o | grep -E 'us/run' | sed -E 's/.*kv=([0-9]+).*type_K=([a-z0-9_]+),type_V=([a-z0-9_]+),(.*permute=\[([0-9,]+)\])?.* ([0-9.]+) us\/run.*/\1 \2\/\3 \5 \6;/' | tr '\n' ' ')"
+  done; done | tee $OUT/$name-summary.txt
+}
+# tg64 of the 8B shape in interleaved rounds: tg_rounds FILE ROUNDS DEPTHS "K/V:DEC ..." (DEC - : the type's default);
+# llama-bench -r 1 per run, every run labelled "rR == K/V[ DEC=D]" for scripts/gpu/tg_rounds.py
+tg_rounds() {
+  local file=$1 rounds=$2 depths=$3 runs=$4 r run kv dec label envs
+  for r in $(seq 1 $rounds); do
+    for run in $runs; do kv=${run%:*} dec=${run#*:}
+      [ $(left) -lt 40 ] && { echo "stopping: $(left) s left"; break 2; }
+      label=$kv envs=(); [ "$dec" != - ] && label="$kv DEC=$dec" envs=(GGML_CUDA_TURBO_FA_DEC=$dec)
+      echo "r$r == $label"
+      env "${envs[@]}" $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 64 -d $depths -r 1 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
+    done
+  done | tee $OUT/$file
+  python3 scripts/gpu/tg_rounds.py $OUT/$file 2>&1 | tail -14
+}

@@ -1,7 +1,8 @@
 # session 23 call 1 (cold): build; the 8B shape (in the background); test-backend-ops against the CPU for variants 12
 # (11 with K's and V's centroids as 7-bit codes, sign-mode lookups) and 13 (K only) on every one-query turbo4/turbo4
 # case; copy bandwidth; the one-query FA call (hd 128 / 8 KV heads / GQA 4) at KV 8192 .. 131072 for f16 (round 1)
-# and turbo4 with DEC 11, 12, 13, three interleaved rounds
+# and turbo4 with DEC 11, 12, 13, three interleaved rounds (fa_rounds in common.sh: the loop as it ran, moved there
+# after the run)
 . scripts/gpu/calls/common.sh; call_start 1
 bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
 build
@@ -10,14 +11,7 @@ for dec in 12 13; do
   echo "DEC=$dec $(bash scripts/gpu/tbo_summary.sh $OUT/tbo-fa-dec$dec-nb1.txt | grep FLASH_ATTN_EXT)"; grep -E "FAIL" $OUT/tbo-fa-dec$dec-nb1.txt | head -5; tail -1 $OUT/tbo-fa-dec$dec-nb1.txt
 done
 { [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -1 $OUT/copy-bandwidth.txt
-SW='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(8192|32768|65536|131072),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),'
-SWT='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(8192|32768|65536|131072),nb=1,.*type_K=turbo4,type_V=turbo4,'
-for r in 1 2 3; do for dec in 11 12 13; do
-  [ $(left) -lt 25 ] && { echo "stopping: $(left) s left"; break 2; }
-  f=$SWT; [ $r$dec = 111 ] && f=$SW
-  o=$OUT/fa-sweep-r$r-dec$dec.txt
-  GGML_CUDA_TURBO_FA_DEC=$dec timeout $(( $(left) - 5 )) $B/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "$f" > $o 2>&1 || echo "sweep r$r DEC=$dec rc $?"
-  echo "r$r DEC=$dec: $(sed 's/\x1b\[[0-9;]*m//g' $o | grep -E 'us/run' | sed -E 's/.*kv=([0-9]+).*type_K=([a-z0-9_]+),type_V=([a-z0-9_]+).* ([0-9.]+) us\/run.*/\1 \2 \4;/' | tr '\n' ' ')"
-done; done | tee $OUT/fa-sweep-summary.txt
+fa_rounds fa-sweep 3 "11 12 13" 'hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(8192|32768|65536|131072),nb=1,.*type_K=turbo4,type_V=turbo4,' \
+  'hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(8192|32768|65536|131072),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),'
 wait; tail -1 $OUT/model.log
 echo "done at $(( $(date +%s) - T0 )) s"

@@ -12,12 +12,6 @@ echo "DEC=12 nb=1 $(bash scripts/gpu/tbo_summary.sh $OUT/tbo-fa-dec12-nb1.txt | 
 timeout 200 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p 'type_K=turbo' > $OUT/tbo-fa-turbo.txt 2>&1 || echo "check turbo K rc $?"
 echo "turbo K $(bash scripts/gpu/tbo_summary.sh $OUT/tbo-fa-turbo.txt | grep FLASH_ATTN_EXT)"; grep -E "FAIL" $OUT/tbo-fa-turbo.txt | head -5
 { [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -1 $OUT/copy-bandwidth.txt
-SW='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(32768|65536),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),'
-for r in 1 2 3; do for dec in 12 11; do
-  [ $(left) -lt 25 ] && { echo "stopping: $(left) s left"; break 2; }
-  o=$OUT/fa-layout-r$r-dec$dec.txt
-  GGML_CUDA_TURBO_FA_DEC=$dec timeout $(( $(left) - 5 )) $B/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "$SW" > $o 2>&1 || echo "sweep r$r DEC=$dec rc $?"
-  echo "r$r DEC=$dec: $(sed 's/\x1b\[[0-9;]*m//g' $o | grep -E 'us/run' | sed -E 's/.*kv=([0-9]+).*type_K=([a-z0-9_]+),type_V=([a-z0-9_]+),.*permute=\[([0-9,]+)\].* ([0-9.]+) us\/run.*/\1 \2\/\3 p\4 \5;/' | tr '\n' ' ')"
-done; done | tee $OUT/fa-layout-summary.txt
+fa_rounds fa-layout 3 "12 11" 'hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(32768|65536),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),'
 wait; tail -1 $OUT/model.log
 echo "done at $(( $(date +%s) - T0 )) s"
