@@ -425,7 +425,9 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
         if (lane % 16 == 0) {
             sh_qd[h][lane/16] = d;
-            sh_qs[h][lane/16] = qsum;
+            if constexpr (s7K) {
+                sh_qs[h][lane/16] = qsum;
+            }
         }
     }
     __syncthreads();
@@ -465,7 +467,7 @@ static __global__ void flash_attn_ext_turbo_mma(
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K, qmax_K>();
-            c0[m][hh] = s7K ? -64*sh_qs[2*t + hh][m] : 0;
+            c0[m][hh] = s7K ? -ggml_cuda_turbo_code7_bias*sh_qs[2*t + hh][m] : 0;
         }
     }
 
@@ -762,7 +764,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t ns = ~pw[rp][m][s] >> (16*kp);
                                 const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup7(sl, ns, tVlo);  // q + 64: (row 2t, 2t+1) of e, of e + 1
-                                ggml_cuda_turbo_fa_mma_i8_pairs<64>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
+                                ggml_cuda_turbo_fa_mma_i8_pairs<ggml_cuda_turbo_code7_bias>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else if constexpr (v_i8 && V4) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
                                 const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1

@@ -951,6 +951,9 @@ static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_half_bits(const fl
     return (f < 0 ? 0x8000u : 0u) | ((uint32_t) (e + 15) << 10) | mi;
 }
 
+// the 7-bit codes' offset: a code is q + 64 (|q| <= 63), so every byte of a plane-4 table is under 0x80
+static constexpr int ggml_cuda_turbo_code7_bias = 64;
+
 // the step of the integer centroids q = round(c / step), |q| <= qmax. 127 (int8): max|c| / 127. 63 (the
 // 7-bit codes of plane 4): the generated GGML_TURBOn_CODE7_STEP, the step of least expected squared error
 // (tqgguf.reference.codebook.code_step; turbo4: 0.43 % of the quantizer's own MSE, max|c| / 127 adds 0.49 %)
@@ -981,7 +984,7 @@ static constexpr __host__ __device__ uint32_t ggml_cuda_turbo_table_word(const i
         uint32_t byte = 0;
         if (plane == 4) {
             const float q = cb::c[i] / ggml_cuda_turbo_i8_step<type, 63>();
-            byte = (uint32_t) ((int) (q >= 0.0f ? q + 0.5f : q - 0.5f) + 64);
+            byte = (uint32_t) ((int) (q >= 0.0f ? q + 0.5f : q - 0.5f) + ggml_cuda_turbo_code7_bias);
         } else if (plane == 0 || plane == 3) {
             const float q = cb::c[i] / ggml_cuda_turbo_i8_step<type>();
             byte = (uint32_t) (uint8_t) (int8_t) (int) (q >= 0.0f ? q + 0.5f : q - 0.5f);
