@@ -202,23 +202,24 @@ def test_block_softmax_decode_is_the_loop_within_rounding(fa_decode_check, tmp_p
     assert nmse["1"] < 1.5*nmse["0"] + 1e-12, f"NMSE block {nmse['1']:.3e} against loop {nmse['0']:.3e}"
 
 
-# (head dim, Q heads, tokens, cells, cells visible to the last token, threads): Qwen2.5-0.5B's decode at
-# depth 4K (14 heads: a pass of 8 and one of 6), 4 tokens per ubatch, a head dim of 128, cell counts that
-# are not a multiple of the 16-cell tile, one thread and three
-_FOLD_CASES = [(64, 14, 1, 4352, 4100, 2), (64, 14, 4, 4096, 4000, 2), (128, 12, 3, 1000, 1000, 3),
-               (64, 9, 2, 40, 33, 1), (80, 5, 1, 272, 250, 2)]
+# (head dim, Q heads, K/V heads, tokens, cells, cells visible to the last token, threads): Qwen2.5-0.5B's decode
+# at depth 4K (14 heads on 2 K/V heads: a pass of 8 and one of 6), 4 tokens per ubatch, a head dim of 128, GQA
+# 3 and 1, cell counts that are not a multiple of the 16-cell tile, one thread and three
+_FOLD_CASES = [(64, 14, 2, 1, 4352, 4100, 2), (64, 14, 2, 4, 4096, 4000, 2), (128, 12, 4, 3, 1000, 1000, 3),
+               (64, 9, 3, 2, 40, 33, 1), (80, 5, 1, 1, 272, 250, 2)]
 
 
-@pytest.mark.parametrize("d,nh,nt,nkv,nvalid,nth", _FOLD_CASES)
-def test_k_center_fold_ops_equal_the_sums_in_double(tmp_path, d, nh, nt, nkv, nvalid, nth):
+@pytest.mark.parametrize("d,nh,nkvh,nt,nkv,nvalid,nth", _FOLD_CASES)
+def test_k_center_fold_ops_equal_the_sums_in_double(tmp_path, d, nh, nkvh, nt, nkv, nvalid, nth):
     """K centering ``full``'s decode fold as the engine computes it (llama_k_center_fold_table: R(pos)·uA
-    less its mean over the cells, in tiles of 16 cells; llama_k_center_fold_mask: the mask plus c · table per
-    head), tests/cpu_host/fold_check.cpp, against the same sums in double precision: the table within 2e-6
-    (a float mean over up to 4,352 values in [-1, 1]), the mask term within 1e-6 of the sum of the absolute
-    products behind it (F32 rounding), masked cells -inf. A wrong head, token, tile or a missing mean is off
-    by order 1."""
+    less its mean over the cells, in tiles of 16 cells; llama_k_center_fold_mask: c = scale · M q per head from
+    its K/V head's M, then the mask plus c · table per head, rounded to F16), tests/cpu_host/fold_check.cpp,
+    against the same sums in double precision: the table within 2e-6 (a float mean over up to 4,352 values in
+    [-1, 1]), the mask term within half an F16 ulp plus 1e-6 of the sum of the absolute products behind it (F32
+    rounding of c and of the sum), masked cells -inf. A wrong head, K/V head, token, tile, scale or a missing
+    mean is off by order 1."""
     exe = _cpu_host_exe(tmp_path, "fold_check", flags=("-std=c++17", "-O1"), libs=("llama",))
-    r = subprocess.run([str(exe), *map(str, (d, nh, nt, nkv, nvalid, nth))], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(exe), *map(str, (d, nh, nkvh, nt, nkv, nvalid, nth))], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     err_table, err_mask = map(float, r.stdout.split())
     assert err_table < 2e-6, f"table {err_table:.3e} from w less its mean"

@@ -165,8 +165,8 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
     }
     st.full_unit = ggml_new_tensor_3d(ctx_of(il0), GGML_TYPE_F32, head_dim, n_head, 2);
     ggml_set_name(st.full_unit, "k_center_full_unit");
-    // with the fold, head_dim more slices: slice 2 + i holds row i of each head's M (llama-kv-center.h)
-    const int64_t n_slices = st.full_fold ? 2 + head_dim : 2;
+    // with the fold, two more slices: 2 = the partner's coefficient, 3 = the partner's dim (llama-kv-center.h)
+    const int64_t n_slices = st.full_fold ? 4 : 2;
     for (const auto & [il, bk] : st.full_bias) {
         st.full_pair[il] = ggml_new_tensor_3d(ctx_of(il), GGML_TYPE_F32, head_dim, n_head, n_slices);
         ggml_format_name(st.full_pair[il], "k_center_full_pair_l%u", il);
@@ -199,19 +199,13 @@ static void build_full_pairs(const llama_model & model, const llama_hparams & hp
             if (n_slices == 2) {
                 continue;
             }
-            // M: c = M q, element (k, h) of slice 2 + i = M[i][k]. A pair (f, s): c_f = b_f q_f + b_s q_s,
-            // c_s = b_f q_s - b_s q_f; an unrotated dim j: c_j = b_j q_j
-            auto m = [&](int64_t i, int64_t k) -> float & { return p[(2 + i)*n + h*head_dim + k]; };
-            for (int64_t i = 0; i < head_dim; ++i) {
-                if (i >= n_rot) {
-                    m(i, i) = bh[i];
-                } else if (i == first(i)) {
-                    m(i, i) = bh[i];
-                    m(i, second(i)) = bh[second(i)];
-                } else {
-                    m(i, i) = bh[first(i)];
-                    m(i, first(i)) = -bh[i];
-                }
+            // c = M q as c_j = bA_j q_j + s_j q_(partner j) (llama-kv-center.h): a pair (f, s) has c_f = b_f q_f + b_s q_s
+            // and c_s = b_f q_s - b_s q_f, an unrotated dim j c_j = b_j q_j (partner j, coefficient 0)
+            for (int64_t j = 0; j < head_dim; ++j) {
+                const bool    rotated = j < n_rot;
+                const int64_t partner = !rotated ? j : j == first(j) ? second(j) : first(j);
+                p[2*n + h*head_dim + j] = !rotated ? 0.0f : j == first(j) ? bh[second(j)] : -bh[j];
+                p[3*n + h*head_dim + j] = (float) partner;  // exact: head_dim < 2^24
             }
         }
         ggml_backend_tensor_set(st.full_pair.at(il), p.data(), 0, ggml_nbytes(st.full_pair.at(il)));
@@ -449,6 +443,12 @@ llama_k_center_state llama_k_center_build(
 
 #if defined(__GNUC__)
 typedef float k_center_f32x16 __attribute__((vector_size(64)));  // 16 cells; split by the compiler to the target's width
+#if defined(__FLT16_MAX__)
+// the mask's 16 cells as F16, converted in the clone's ISA (F16C's vcvtps2ph from x86-64-v3 on, round to nearest
+// even as ggml's own conversion; ggml_fp32_to_fp16_row in the baseline-built ggml-base converts one value at a time
+// in software, ~10x slower: 7 µs per layer for Qwen2.5-0.5B's 14 heads x 256 cells)
+typedef _Float16 k_center_f16x16 __attribute__((vector_size(32)));
+#endif
 #define K_CENTER_INLINE inline __attribute__((always_inline))
 #else
 #define K_CENTER_INLINE inline
@@ -502,10 +502,12 @@ ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w) {
                           k_center_fold_table_op, GGML_N_TASKS_MAX, nullptr);
 }
 
-// e[h][i] = mk[i] + Σ_j c[h][j] · w[16·j + i] for NH heads of one token and one tile (nr <= 16 cells valid)
+// e[h][i] = mk[i] + Σ_j c[h][j] · w[16·j + i] for NH heads of one token and one tile (nr <= 16 cells valid),
+// written as F16
 template <int NH>
-static K_CENTER_INLINE void k_center_fold_tile(float * const * e, const float * mk, const float * w,
+static K_CENTER_INLINE void k_center_fold_tile(ggml_fp16_t * const * e, const float * mk, const float * w,
         const float * const * c, int64_t D, int nr) {
+    float out[K_CENTER_FOLD_TILE];
 #if defined(__GNUC__)
     if (nr == K_CENTER_FOLD_TILE) {
         k_center_f32x16 acc[NH];
@@ -523,7 +525,14 @@ static K_CENTER_INLINE void k_center_fold_tile(float * const * e, const float * 
         memcpy(&m, mk, sizeof(m));
         for (int h = 0; h < NH; ++h) {
             const k_center_f32x16 v = m + acc[h];
-            memcpy(e[h], &v, sizeof(v));
+#if defined(__FLT16_MAX__)
+            const k_center_f16x16 vh = __builtin_convertvector(v, k_center_f16x16);
+            static_assert(sizeof(vh) == K_CENTER_FOLD_TILE*sizeof(ggml_fp16_t), "F16 bits");
+            memcpy(e[h], &vh, sizeof(vh));
+#else
+            memcpy(out, &v, sizeof(v));
+            ggml_fp32_to_fp16_row(out, e[h], K_CENTER_FOLD_TILE);
+#endif
         }
         return;
     }
@@ -534,19 +543,40 @@ static K_CENTER_INLINE void k_center_fold_tile(float * const * e, const float * 
             for (int64_t j = 0; j < D; ++j) {
                 a += c[h][j] * w[j*K_CENTER_FOLD_TILE + i];
             }
-            e[h][i] = mk[i] + a;
+            out[i] = mk[i] + a;
+        }
+        ggml_fp32_to_fp16_row(out, e[h], nr);
+    }
+}
+
+// c[t][h][j] = scale · (bA[j] q[j, h, t] + s[j] q[partner j, h, t]) for every token and head, bA, s and partner of
+// K/V head h / G (G = n_head / n_head_kv; the pair tensor's slices 0, 2, 3), into c (n_tok · n_head · D floats, head-
+// major per token): two multiply-adds per value, so each thread computes all of them rather than wait on a barrier
+static void k_center_fold_coefs(const ggml_tensor * q, const ggml_tensor * pair, float scale, float * c) {
+    const int64_t D = q->ne[0], n_head = q->ne[1], n_tok = q->ne[2], G = n_head / pair->ne[1];
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t h = 0; h < n_head; ++h) {
+            const float * qh = (const float *) ((const char *) q->data + h*q->nb[1] + t*q->nb[2]);
+            const char  * ph = (const char *) pair->data + (h / G)*pair->nb[1];
+            const float * bA = (const float *) ph;
+            const float * sB = (const float *) (ph + 2*pair->nb[2]);
+            const float * pt = (const float *) (ph + 3*pair->nb[2]);
+            float * ch = c + (t*n_head + h)*D;
+            for (int64_t j = 0; j < D; ++j) {
+                ch[j] = scale * (bA[j]*qh[j] + sB[j]*qh[(int64_t) pt[j]]);
+            }
         }
     }
 }
 
 K_CENTER_FOLD_CLONES
-static void k_center_fold_tiles(ggml_tensor * dst, int64_t b0, int64_t b_step) {
+static void k_center_fold_tiles(ggml_tensor * dst, int64_t b0, int64_t b_step, const float * c) {
     const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * c = dst->src[1];
-    const ggml_tensor * m = dst->src[2];
-    const int64_t n_kv = dst->ne[0], n_tok = dst->ne[1], n_head = dst->ne[2], D = c->ne[0];
+    const ggml_tensor * q = dst->src[1];
+    const ggml_tensor * m = dst->src[3];
+    const int64_t n_kv = dst->ne[0], n_tok = dst->ne[1], n_head = dst->ne[2], D = q->ne[0];
     constexpr int NH = 8;  // heads per pass: 8 accumulators of 16 cells and one table vector in registers
-    float *       e[NH];
+    ggml_fp16_t * e[NH];
     const float * ch[NH];
     for (int64_t b = b0; b*K_CENTER_FOLD_TILE < n_kv; b += b_step) {
         const int64_t r0 = b*K_CENTER_FOLD_TILE;
@@ -554,11 +584,20 @@ static void k_center_fold_tiles(ggml_tensor * dst, int64_t b0, int64_t b_step) {
         const float * wt = (const float *) ((const char *) w->data + b*w->nb[1]);
         for (int64_t t = 0; t < n_tok; ++t) {
             const float * mk = (const float *) ((const char *) m->data + t*m->nb[1]) + r0;
+            if (std::all_of(mk, mk + nr, [](float v) { return v == -INFINITY; })) {
+                // a tile the token cannot see (the cache's cells past the last used one: most of them in a short
+                // context): -inf for every head, as the sum would give, without the sum
+                const ggml_fp16_t minus_inf = ggml_fp32_to_fp16(-INFINITY);
+                for (int64_t h = 0; h < n_head; ++h) {
+                    std::fill_n((ggml_fp16_t *) ((char *) dst->data + t*dst->nb[1] + h*dst->nb[2]) + r0, nr, minus_inf);
+                }
+                continue;
+            }
             for (int64_t h0 = 0; h0 < n_head; h0 += NH) {
                 const int nh = (int) std::min<int64_t>(NH, n_head - h0);
                 for (int h = 0; h < nh; ++h) {
-                    e[h]  = (float *) ((char *) dst->data + t*dst->nb[1] + (h0 + h)*dst->nb[2]) + r0;
-                    ch[h] = (const float *) ((const char *) c->data + (h0 + h)*c->nb[1] + t*c->nb[2]);
+                    e[h]  = (ggml_fp16_t *) ((char *) dst->data + t*dst->nb[1] + (h0 + h)*dst->nb[2]) + r0;
+                    ch[h] = c + (t*n_head + h0 + h)*D;
                 }
                 switch (nh) {
                     case 8:  k_center_fold_tile<8>(e, mk, wt, ch, D, nr); break;
@@ -575,16 +614,36 @@ static void k_center_fold_tiles(ggml_tensor * dst, int64_t b0, int64_t b_step) {
     }
 }
 
-static void k_center_fold_mask_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
-    k_center_fold_tiles(dst, ith, nth);
+// the op's scale travels as the bits of the userdata pointer (ggml keeps userdata, not a payload)
+static void * k_center_scale_to_ptr(float scale) {
+    uint32_t u;
+    memcpy(&u, &scale, sizeof(u));
+    return (void *) (uintptr_t) u;
+}
+static float k_center_scale_of_ptr(void * p) {
+    const uint32_t u = (uint32_t) (uintptr_t) p;
+    float scale;
+    memcpy(&scale, &u, sizeof(scale));
+    return scale;
 }
 
-ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask) {
-    const int64_t D = c->ne[0], n_head = c->ne[1], n_tok = c->ne[2], n_kv = mask->ne[0];
-    GGML_ASSERT(table->type == GGML_TYPE_F32 && c->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F32);
-    GGML_ASSERT(c->nb[0] == sizeof(float) && table->nb[0] == sizeof(float) && mask->nb[0] == sizeof(float));
+static void k_center_fold_mask_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * q = dst->src[1];
+    thread_local std::vector<float> c;
+    c.resize((size_t) (q->ne[0]*q->ne[1]*q->ne[2]));
+    k_center_fold_coefs(q, dst->src[2], k_center_scale_of_ptr(userdata), c.data());
+    k_center_fold_tiles(dst, ith, nth, c.data());
+}
+
+ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * q, ggml_tensor * pair,
+                                       ggml_tensor * mask, float scale) {
+    const int64_t D = q->ne[0], n_head = q->ne[1], n_tok = q->ne[2], n_kv = mask->ne[0];
+    GGML_ASSERT(table->type == GGML_TYPE_F32 && q->type == GGML_TYPE_F32 && pair->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F32);
+    GGML_ASSERT(q->nb[0] == sizeof(float) && pair->nb[0] == sizeof(float) && table->nb[0] == sizeof(float) && mask->nb[0] == sizeof(float));
+    GGML_ASSERT(q->ne[3] == 1 && pair->ne[0] == D && pair->ne[1] >= 1 && n_head % pair->ne[1] == 0 && pair->ne[2] == 4);
     GGML_ASSERT(table->ne[0] == K_CENTER_FOLD_TILE*D && table->ne[1]*K_CENTER_FOLD_TILE >= n_kv);
     GGML_ASSERT(mask->ne[1] >= n_tok && mask->ne[2] == 1 && mask->ne[3] == 1);
-    ggml_tensor * args[3] = { table, c, mask };
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_kv, n_tok, n_head, 1, args, 3, k_center_fold_mask_op, GGML_N_TASKS_MAX, nullptr);
+    ggml_tensor * args[4] = { table, q, pair, mask };
+    return ggml_custom_4d(ctx, GGML_TYPE_F16, n_kv, n_tok, n_head, 1, args, 4, k_center_fold_mask_op,
+                          GGML_N_TASKS_MAX, k_center_scale_to_ptr(scale));
 }

@@ -78,8 +78,8 @@ struct llama_k_center_state {
     // once per cell and layer) and each layer multiplies and adds. Built when every full layer has
     // the same head dim, K/V heads and n_rot (else empty: the graph ropes each layer's bias).
     std::map<uint32_t, ggml_tensor *>        full_pair; // full: layer id -> F32 [head_dim, n_head_kv, 2]: bA, bB;
-                                                         // with full_fold [head_dim, n_head_kv, 2 + head_dim]:
-                                                         // slice 2 + i is row i of M (below) per head
+                                                         // with full_fold [head_dim, n_head_kv, 4]: slice 2 the
+                                                         // partner's coefficient s, slice 3 the partner's dim (M, below)
     ggml_tensor *                            full_unit = nullptr; // full: F32 [head_dim, n_head_kv, 2]: uA, uB
     // full, decode on the CPU: instead of adding R(pos)·b to every cell of K (a cast of K to F32, the
     // add, the Hadamard rotation of R(pos)·b per cell and layer), attention gets q·R(pos)·b as a
@@ -91,7 +91,9 @@ struct llama_k_center_state {
     // c = M q per head: R(pos)·uA holds (cos, sin) of each pair's angle (1 on unrotated dims), and
     // q·R(pos)·b = Σ_pairs cos·(q_f b_f + q_s b_s) + sin·(q_s b_f - q_f b_s) + Σ_unrotated q_j b_j,
     // so M has b_f, b_s in row f and b_f, -b_s in row s: one head_dim-long contraction per cell
-    // instead of 2·head_dim over [R·uA ; R·uB], and half the table.
+    // instead of 2·head_dim over [R·uA ; R·uB], and half the table. M has two entries per row, kept as
+    // c_j = bA_j q_j + s_j q_(partner j): s = b_s on a first dim f (partner s), -b_s on a second dim s
+    // (partner f), 0 on an unrotated dim (partner itself).
     bool                                     full_fold = false;
     // what the cache's keys have subtracted, for state files (llama-tq-checks.h): "none"
     // (off, or nothing to subtract), else the mode and a 64-bit FNV-1a hash of the layer ids
@@ -123,10 +125,10 @@ llama_k_center_state llama_k_center_build(
         int64_t                                                    n_hadamard,
         llama_k_center_bufs                                      & bufs);
 
-// The fold (decode on the CPU, llama_k_center_state::full_fold) as two CPU custom ops, in place of a
-// mul_mat whose contraction is only head_dim long (ggml's tiled F32 GEMM spends most of such a product
-// summing its accumulators), a scale, a permuting copy, a transposing copy, a mean, a broadcast
-// subtraction and an add. Both run on all the CPU threads and abort through GGML_ASSERT on shapes that
+// The fold (decode on the CPU, llama_k_center_state::full_fold) as two CPU custom ops, in place of
+// mul_mats whose contraction is only head_dim long (ggml's tiled F32 GEMM spends most of such a product
+// summing its accumulators), a scale, permuting copies, a transposing copy, a mean, a broadcast
+// subtraction, an add and a cast. Both run on all the CPU threads and abort through GGML_ASSERT on shapes that
 // do not fit (a graph bug, not user input).
 //
 // llama_k_center_fold_table, once per ubatch:
@@ -136,10 +138,17 @@ llama_k_center_state llama_k_center_build(
 // mask (softmax ignores a constant per head, so its rounding does not matter).
 ggml_tensor * llama_k_center_fold_table(ggml_context * ctx, ggml_tensor * w);
 
-// llama_k_center_fold_mask, once per layer:
+// llama_k_center_fold_mask, once per layer (one node where a mul_mat, a scale, a copy of q and a cast to F16 were:
+// on two threads each of those cost ~0.5 µs of barrier and up to 4 µs of work per token and layer, docs/CPU.md):
 //   table  the tiles above
-//   c      F32 [head_dim, n_head, n_tok]: kq_scale · M q of each head (M: llama_k_center_state)
+//   q      F32 [head_dim, n_head, n_tok], any strides with nb[0] = 4: the unrotated queries
+//   pair   F32 [head_dim, n_head_kv, 4] with nb[0] = 4: the layer's full_pair (slice 0 bA, 2 s, 3 the partner's
+//          dim), head h using K/V head h / (n_head / n_head_kv)
 //   mask   F32 [n_kv, >= n_tok]: the attention mask (0 or -inf), one row per token
-// Returns F32 [n_kv, n_tok, n_head]: e[r, t, h] = mask[r, t] + Σ_j c[j, h, t] · table(r, j), the sum over
-// j in order (one F32 multiply-add per j, 16 cells per vector, 8 heads per pass over a tile).
-ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * c, ggml_tensor * mask);
+//   scale  the scores' scale (kq_scale)
+// Returns F16 [n_kv, n_tok, n_head], the mask flash attention reads: e[r, t, h] = mask[r, t] + Σ_j c[j, h, t] ·
+// table(r, j) with c[j, h, t] = scale · (bA_j q[j, h, t] + s_j q[partner j, h, t]) = scale · (M q)_j (each thread
+// computes every c; then the sum over j in order, one F32 multiply-add per j, 16 cells per vector, 8 heads per
+// pass over a tile), rounded once to F16.
+ggml_tensor * llama_k_center_fold_mask(ggml_context * ctx, ggml_tensor * table, ggml_tensor * q, ggml_tensor * pair,
+                                       ggml_tensor * mask, float scale);
