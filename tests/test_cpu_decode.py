@@ -226,6 +226,24 @@ def test_k_center_fold_ops_equal_the_sums_in_double(tmp_path, d, nh, nkvh, nt, n
     assert err_mask < 1e-6, f"mask term {err_mask:.3e} of the sum of |products| from the double-precision sum"
 
 
+# (type, values per row, rows, threads): one token's K of Qwen2.5-0.5B (2 K/V heads of 64) and of an 8B (8 of 128)
+# on 2-3 threads, more threads than blocks, a row of one block, several rows (fewer than threads, and more)
+_SET_ROWS_CASES = [("turbo4_0", 128, 1, 2), ("turbo3_0", 128, 1, 3), ("turbo2_0", 256, 1, 4), ("turbo4_0", 1024, 1, 3),
+                   ("turbo4_0", 64, 1, 2), ("turbo4_0", 320, 2, 4), ("turbo3_0", 128, 5, 2)]
+
+
+@pytest.mark.parametrize("tn,nc,nr,nth", _SET_ROWS_CASES)
+def test_set_rows_into_a_turbo_cache_on_several_threads_writes_the_encoder_s_bytes(tmp_path, tn, nc, nr, nth):
+    """ggml's CPU SET_ROWS into a turbo tensor runs on every thread (patch 0014: rows split over the threads,
+    or, with fewer rows than threads, each row's 64-value blocks), tests/cpu_host/set_rows_check.cpp: the
+    destination rows hold exactly the bytes quantize_row_turboN_0 writes for each row alone, the other rows
+    their old bytes. A thread writing its blocks at the wrong offset, a block left out or written twice, or a
+    row sent to the wrong index differs in some byte."""
+    exe = _cpu_host_exe(tmp_path, "set_rows_check", flags=("-std=c++17", "-O1"))
+    r = subprocess.run([str(exe), tn, str(nc), str(nr), str(nth)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("OK "), r.stdout + r.stderr[-2000:]
+
+
 def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path):
     """K centering ``full`` in decode on the CPU: q·R(pos)·b per head in the attention mask, K as
     cached (LLAMA_K_CENTER_FOLD, default on), against adding R(pos)·b to every cell of K (=0).
