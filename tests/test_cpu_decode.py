@@ -277,6 +277,18 @@ def test_the_barriers_a_decode_step_leaves_out_change_no_byte(tmp_path, d, nh, n
     assert [x.removeprefix("skip ") for x in lines if x.startswith("skip ")] == skips
 
 
+@pytest.mark.parametrize("n,nr,nth", [(64, 9, 2), (128, 32, 3), (256, 5, 2), (512, 4, 2), (16, 10, 2), (8, 3, 2), (32, 7, 1)])
+def test_the_hadamard_transform_equals_its_loop_bit_for_bit(tmp_path, n, nr, nth):
+    """ggml-cpu's Hadamard transform (the rotation of Q, K, V and the attention output; patch 0016 runs its stages
+    within a SIMD vector in registers, native/ggml/src/ggml-cpu/ggml-turbo-fwht.h), tests/cpu_host/fwht_check.cpp,
+    against the transform written out (scale, then the stages len = 1 .. n/2 of u + v, u - v) on rows of values from
+    2^-20 to 2^19: every float the same. A lane paired with the wrong partner, a sign on the wrong half, or a stage
+    done twice or left out changes values; rows shorter than a vector take upstream's loop."""
+    exe = _cpu_host_exe(tmp_path, "fwht_check", flags=("-std=c++17", "-O1", "-ffp-contract=off"))
+    r = subprocess.run([str(exe), str(n), str(nr), str(nth)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(f"OK {n*nr}"), r.stdout + r.stderr[-2000:]
+
+
 def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path):
     """K centering ``full`` in decode on the CPU: q·R(pos)·b per head in the attention mask, K as
     cached (LLAMA_K_CENTER_FOLD, default on), against adding R(pos)·b to every cell of K (=0).
