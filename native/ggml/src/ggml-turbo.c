@@ -179,7 +179,8 @@ static void turbo2_pack(block_turbo2_0 * y, float d, const uint8_t * idx) {
 // ---------------------------------------------------------------------------------------
 // SIMD paths, chosen at run time (turbo_simd()):
 //   1 = AVX2+FMA+F16C: encoders and decoders;
-//   2 = AVX-512F+VL: the turbo4 decoder uses the two-table permute vpermt2ps; the rest as 1.
+//   2 = AVX-512F+VL: the encoders search sixteen values per register (turbo_encode_block_avx512) and the
+//       turbo4 decoder uses the two-table permute vpermt2ps; the rest as 1.
 // The encoders write the scalar encoder's bytes and the decoders its floats, bit for bit:
 // a decoded value is the one product d * c[idx] in every path. The decoders scale the
 // table by d once per block and then only permute.
@@ -207,6 +208,32 @@ TURBO_AVX2 static inline __m256 turbo_lookup(__m256i idx, __m256 lo, __m256 hi, 
     return _mm256_blendv_ps(vlo, vhi, use_hi);
 }
 
+// Nearest centroid index of 8 values: the number of boundaries below each (turbo_nearest's answer: the boundaries
+// ascend), counted for up to 7 boundaries; for turbo4's 15, turbo_nearest's binary search: b[7], then b[3] or b[11]
+// by a blend, then b[i + 1] and b[i] from registers of the boundaries at those positions (vpermps by i/4, i/2).
+// todd = (b1, b5, b9, b13, ..), teven = (b0, b2, .., b14).
+TURBO_AVX2 static inline __m256i turbo_nearest8(__m256 v, const turbo_codebook * cb, const __m256 * bnd, __m256 todd, __m256 teven) {
+    const int L = cb->levels;
+    if (L <= 8) {
+        __m256i q = _mm256_setzero_si256();
+        for (int i = 0; i < L - 1; ++i) {
+            q = _mm256_sub_epi32(q, _mm256_castps_si256(_mm256_cmp_ps(v, bnd[i], _CMP_GT_OQ)));
+        }
+        return q;
+    }
+    const __m256 m8 = _mm256_cmp_ps(v, bnd[7], _CMP_GT_OQ);
+    __m256i q = _mm256_and_si256(_mm256_castps_si256(m8), _mm256_set1_epi32(8));
+    const __m256 m4 = _mm256_cmp_ps(v, _mm256_blendv_ps(bnd[3], bnd[11], m8), _CMP_GT_OQ);
+    q = _mm256_add_epi32(q, _mm256_and_si256(_mm256_castps_si256(m4), _mm256_set1_epi32(4)));
+    const __m256 m2 = _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(todd, _mm256_srli_epi32(q, 2)), _CMP_GT_OQ);
+    q = _mm256_add_epi32(q, _mm256_and_si256(_mm256_castps_si256(m2), _mm256_set1_epi32(2)));
+    const __m256 m1 = _mm256_cmp_ps(v, _mm256_permutevar8x32_ps(teven, _mm256_srli_epi32(q, 1)), _CMP_GT_OQ);
+    return _mm256_add_epi32(q, _mm256_and_si256(_mm256_castps_si256(m1), _mm256_set1_epi32(1)));
+}
+
+// The AVX2 encoder: the 16 candidate scales scored first, independent of each other, and chosen after by the scalar
+// loop's rule (the first strictly greater score); the winner's indices computed once more. Each sum runs over the
+// rows in order per column (the canonical sum), so the bytes are the scalar encoder's.
 TURBO_AVX2 static void turbo_encode_block_avx2(const turbo_codebook * cb, const float * x, int search,
                                                float * d_out, uint8_t * idx) {
     __m256 xv[8];
@@ -228,42 +255,142 @@ TURBO_AVX2 static void turbo_encode_block_avx2(const turbo_codebook * cb, const 
     for (int i = 0; i < cb->levels - 1; ++i) {
         bnd[i] = _mm256_set1_ps(cb->b[i]);
     }
-    int32_t cand[QK_TURBO], best[QK_TURBO] = { 0 };
+    __m256 todd = lo, teven = lo;
+    if (cb->levels == 16) {
+        todd  = _mm256_setr_ps(cb->b[1], cb->b[5], cb->b[9], cb->b[13], 0.0f, 0.0f, 0.0f, 0.0f);
+        teven = _mm256_setr_ps(cb->b[0], cb->b[2], cb->b[4], cb->b[6], cb->b[8], cb->b[10], cb->b[12], cb->b[14]);
+    }
     const int steps = search ? GGML_TURBO_SEARCH_STEPS : 1;
-    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
+    float dot[GGML_TURBO_SEARCH_STEPS], den[GGML_TURBO_SEARCH_STEPS];
     for (int k = 0; k < steps; ++k) {
         const __m256 s = _mm256_set1_ps(search ? inv*turbo_inv_grid[k] : inv);
         __m256 acc_dot = _mm256_setzero_ps();
         __m256 acc_den = _mm256_setzero_ps();
         for (int r = 0; r < 8; ++r) {
-            const __m256 v = _mm256_mul_ps(xv[r], s);
-            __m256i q = _mm256_setzero_si256();
-            for (int i = 0; i < cb->levels - 1; ++i) {
-                q = _mm256_sub_epi32(q, _mm256_castps_si256(_mm256_cmp_ps(v, bnd[i], _CMP_GT_OQ)));
-            }
-            _mm256_storeu_si256((__m256i *) (cand + 8*r), q);
-            const __m256 c = turbo_lookup(q, lo, hi, cb->levels);
+            const __m256 c = turbo_lookup(turbo_nearest8(_mm256_mul_ps(xv[r], s), cb, bnd, todd, teven), lo, hi, cb->levels);
             acc_dot = _mm256_add_ps(acc_dot, _mm256_mul_ps(xv[r], c));
             acc_den = _mm256_add_ps(acc_den, _mm256_mul_ps(c, c));
         }
-        const float dot = turbo_hsum8_canonical(acc_dot);
-        const float den = turbo_hsum8_canonical(acc_den);
-        if (!search) {
-            memcpy(best, cand, sizeof(cand));
-            best_dot = n;
-            best_den = sqrtf(den);
-            break;
-        }
-        const float score = dot*dot/den;
-        if (score > best_score) {
-            best_score = score;
-            best_dot   = dot;
-            best_den   = den;
-            memcpy(best, cand, sizeof(cand));
+        dot[k] = turbo_hsum8_canonical(acc_dot);
+        den[k] = turbo_hsum8_canonical(acc_den);
+    }
+    int best_k = -1;  // none: a NaN block never beats the start score (indices 0, d = 0/1)
+    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
+    if (!search) {
+        best_k   = 0;
+        best_dot = n;
+        best_den = sqrtf(den[0]);
+    } else {
+        for (int k = 0; k < steps; ++k) {
+            const float score = dot[k]*dot[k]/den[k];
+            if (score > best_score) {
+                best_score = score;
+                best_dot   = dot[k];
+                best_den   = den[k];
+                best_k     = k;
+            }
         }
     }
-    for (int j = 0; j < QK_TURBO; ++j) {
-        idx[j] = (uint8_t) best[j];
+    const __m256 s = _mm256_set1_ps(search ? inv*turbo_inv_grid[best_k < 0 ? 0 : best_k] : inv);
+    for (int r = 0; r < 8; ++r) {
+        int32_t q[8];
+        _mm256_storeu_si256((__m256i *) q, best_k < 0 ? _mm256_setzero_si256() : turbo_nearest8(_mm256_mul_ps(xv[r], s), cb, bnd, todd, teven));
+        for (int j = 0; j < 8; ++j) {
+            idx[8*r + j] = (uint8_t) q[j];
+        }
+    }
+    *d_out = turbo_clamp_scale(best_dot/best_den);
+}
+
+// The AVX-512 encoder: the same search as turbo_encode_block_avx2, sixteen values (rows 2i and 2i + 1 of the
+// block) per register. The nearest centroid is the number of boundaries below the value (turbo_nearest's answer:
+// the boundaries ascend), counted by compare-to-mask and masked add for up to 7 boundaries; for turbo4's 15 it is
+// turbo_nearest's binary search itself, each step after the first reading the boundary b[i + step - 1] of each lane
+// from a register of the boundaries (vpermps). The centroid is one more permute. The 16 candidate scales are scored
+// first, independent of each other, and chosen after by the scalar loop's rule (the first strictly greater score);
+// the winner's indices are then computed once more. The canonical sums take each row's half of a register in order
+// (row 2i, then 2i + 1): every comparison, product and sum is the scalar encoder's, and the bytes are its bytes.
+TURBO_AVX512 static inline __m256 turbo_hi256(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+TURBO_AVX512 static inline __m512i turbo_nearest16(__m512 v, const turbo_codebook * cb, __m512 tb) {
+    const int L = cb->levels;
+    __m512i q = _mm512_setzero_si512();
+    if (L <= 8) {
+        const __m512i one = _mm512_set1_epi32(1);
+        for (int j = 0; j < L - 1; ++j) {
+            q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(v, _mm512_set1_ps(cb->b[j]), _CMP_GT_OQ), q, one);
+        }
+        return q;
+    }
+    q = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, _mm512_set1_ps(cb->b[L/2 - 1]), _CMP_GT_OQ), _mm512_set1_epi32(L/2));
+    for (int step = L/4; step >= 1; step /= 2) {
+        const __m512 t = _mm512_permutexvar_ps(_mm512_add_epi32(q, _mm512_set1_epi32(step - 1)), tb);
+        q = _mm512_mask_add_epi32(q, _mm512_cmp_ps_mask(v, t, _CMP_GT_OQ), q, _mm512_set1_epi32(step));
+    }
+    return q;
+}
+
+TURBO_AVX512 static void turbo_encode_block_avx512(const turbo_codebook * cb, const float * x, int search,
+                                                   float * d_out, uint8_t * idx) {
+    __m512 xv[4];
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+        xv[i] = _mm512_loadu_ps(x + 16*i);
+        const __m512 sq = _mm512_mul_ps(xv[i], xv[i]);
+        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(sq));  // row 2i
+        acc = _mm256_add_ps(acc, turbo_hi256(sq));             // row 2i + 1
+    }
+    const float n = sqrtf(turbo_hsum8_canonical(acc));
+    if (n == 0.0f) {
+        memset(idx, turbo_nearest(cb, 0.0f), QK_TURBO);
+        *d_out = 0.0f;
+        return;
+    }
+    const float inv = 1.0f/n;
+    const int L = cb->levels;
+    const __m512 tb = _mm512_maskz_loadu_ps((__mmask16) ((1u << (L - 1)) - 1), cb->b);  // boundaries b[0 .. L-2]
+    const __m512 tc = _mm512_maskz_loadu_ps((__mmask16) ((1u << L) - 1), cb->c);        // centroids c[0 .. L-1]
+    const int steps = search ? GGML_TURBO_SEARCH_STEPS : 1;
+    float dot[GGML_TURBO_SEARCH_STEPS], den[GGML_TURBO_SEARCH_STEPS];
+    for (int k = 0; k < steps; ++k) {
+        const __m512 s = _mm512_set1_ps(search ? inv*turbo_inv_grid[k] : inv);
+        __m256 acc_dot = _mm256_setzero_ps();
+        __m256 acc_den = _mm256_setzero_ps();
+        for (int i = 0; i < 4; ++i) {
+            const __m512 c  = _mm512_permutexvar_ps(turbo_nearest16(_mm512_mul_ps(xv[i], s), cb, tb), tc);
+            const __m512 p  = _mm512_mul_ps(xv[i], c);
+            const __m512 cc = _mm512_mul_ps(c, c);
+            acc_dot = _mm256_add_ps(acc_dot, _mm512_castps512_ps256(p));
+            acc_dot = _mm256_add_ps(acc_dot, turbo_hi256(p));
+            acc_den = _mm256_add_ps(acc_den, _mm512_castps512_ps256(cc));
+            acc_den = _mm256_add_ps(acc_den, turbo_hi256(cc));
+        }
+        dot[k] = turbo_hsum8_canonical(acc_dot);
+        den[k] = turbo_hsum8_canonical(acc_den);
+    }
+    int best_k = -1;  // none: a NaN block never beats the start score (indices 0, d = 0/1)
+    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
+    if (!search) {
+        best_k   = 0;
+        best_dot = n;
+        best_den = sqrtf(den[0]);
+    } else {
+        for (int k = 0; k < steps; ++k) {
+            const float score = dot[k]*dot[k]/den[k];
+            if (score > best_score) {
+                best_score = score;
+                best_dot   = dot[k];
+                best_den   = den[k];
+                best_k     = k;
+            }
+        }
+    }
+    const __m512 s = _mm512_set1_ps(search ? inv*turbo_inv_grid[best_k < 0 ? 0 : best_k] : inv);
+    for (int i = 0; i < 4; ++i) {
+        const __m512i q = best_k < 0 ? _mm512_setzero_si512() : turbo_nearest16(_mm512_mul_ps(xv[i], s), cb, tb);
+        _mm_storeu_si128((__m128i *) (idx + 16*i), _mm512_cvtepi32_epi8(q));
     }
     *d_out = turbo_clamp_scale(best_dot/best_den);
 }
@@ -445,6 +572,10 @@ int ggml_turbo_simd_level(void) {
 
 static void turbo_encode_block(const turbo_codebook * cb, const float * x, int search, float * d, uint8_t * idx) {
 #ifdef TURBO_HAVE_X86_DISPATCH
+    if (turbo_simd() >= 2) {
+        turbo_encode_block_avx512(cb, x, search, d, idx);
+        return;
+    }
     if (turbo_simd() >= 1) {
         turbo_encode_block_avx2(cb, x, search, d, idx);
         return;
