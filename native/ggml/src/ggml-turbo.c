@@ -208,6 +208,33 @@ TURBO_AVX2 static inline __m256 turbo_lookup(__m256i idx, __m256 lo, __m256 hi, 
     return _mm256_blendv_ps(vlo, vhi, use_hi);
 }
 
+// The SIMD encoders' choice among the candidate scales, from each one's dot = sum x c and den = sum c^2 (k = 0 ..
+// GGML_TURBO_SEARCH_STEPS - 1; with !search only k = 0, the scale 1/n): the scalar encoder's rule, the first strictly
+// greater score dot^2/den. Returns the winner, or -1 when none beats the start score (a NaN block: indices 0, d = 0/1
+// as the scalar encoder leaves them); *d_num / *d_den: the scale's numerator and denominator (!search: n and the
+// norm of the centroids).
+static inline int turbo_pick(int search, float n, const float * dot, const float * den, float * d_num, float * d_den) {
+    if (!search) {
+        *d_num = n;
+        *d_den = sqrtf(den[0]);
+        return 0;
+    }
+    int best_k = -1;
+    float best_score = -1.0f;
+    *d_num = 0.0f;
+    *d_den = 1.0f;
+    for (int k = 0; k < GGML_TURBO_SEARCH_STEPS; ++k) {
+        const float score = dot[k]*dot[k]/den[k];
+        if (score > best_score) {
+            best_score = score;
+            *d_num     = dot[k];
+            *d_den     = den[k];
+            best_k     = k;
+        }
+    }
+    return best_k;
+}
+
 // Nearest centroid index of 8 values: the number of boundaries below each (turbo_nearest's answer: the boundaries
 // ascend), counted for up to 7 boundaries; for turbo4's 15, turbo_nearest's binary search: b[7], then b[3] or b[11]
 // by a blend, then b[i + 1] and b[i] from registers of the boundaries at those positions (vpermps by i/4, i/2).
@@ -274,23 +301,8 @@ TURBO_AVX2 static void turbo_encode_block_avx2(const turbo_codebook * cb, const 
         dot[k] = turbo_hsum8_canonical(acc_dot);
         den[k] = turbo_hsum8_canonical(acc_den);
     }
-    int best_k = -1;  // none: a NaN block never beats the start score (indices 0, d = 0/1)
-    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
-    if (!search) {
-        best_k   = 0;
-        best_dot = n;
-        best_den = sqrtf(den[0]);
-    } else {
-        for (int k = 0; k < steps; ++k) {
-            const float score = dot[k]*dot[k]/den[k];
-            if (score > best_score) {
-                best_score = score;
-                best_dot   = dot[k];
-                best_den   = den[k];
-                best_k     = k;
-            }
-        }
-    }
+    float best_dot, best_den;
+    const int best_k = turbo_pick(search, n, dot, den, &best_dot, &best_den);
     const __m256 s = _mm256_set1_ps(search ? inv*turbo_inv_grid[best_k < 0 ? 0 : best_k] : inv);
     for (int r = 0; r < 8; ++r) {
         int32_t q[8];
@@ -370,23 +382,8 @@ TURBO_AVX512 static void turbo_encode_block_avx512(const turbo_codebook * cb, co
         dot[k] = turbo_hsum8_canonical(acc_dot);
         den[k] = turbo_hsum8_canonical(acc_den);
     }
-    int best_k = -1;  // none: a NaN block never beats the start score (indices 0, d = 0/1)
-    float best_score = -1.0f, best_dot = 0.0f, best_den = 1.0f;
-    if (!search) {
-        best_k   = 0;
-        best_dot = n;
-        best_den = sqrtf(den[0]);
-    } else {
-        for (int k = 0; k < steps; ++k) {
-            const float score = dot[k]*dot[k]/den[k];
-            if (score > best_score) {
-                best_score = score;
-                best_dot   = dot[k];
-                best_den   = den[k];
-                best_k     = k;
-            }
-        }
-    }
+    float best_dot, best_den;
+    const int best_k = turbo_pick(search, n, dot, den, &best_dot, &best_den);
     const __m512 s = _mm512_set1_ps(search ? inv*turbo_inv_grid[best_k < 0 ? 0 : best_k] : inv);
     for (int i = 0; i < 4; ++i) {
         const __m512i q = best_k < 0 ? _mm512_setzero_si512() : turbo_nearest16(_mm512_mul_ps(xv[i], s), cb, tb);
