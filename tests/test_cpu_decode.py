@@ -244,21 +244,23 @@ def test_set_rows_into_a_turbo_cache_on_several_threads_writes_the_encoder_s_byt
     assert r.returncode == 0 and r.stdout.startswith("OK "), r.stdout + r.stderr[-2000:]
 
 
-# (head dim, Q heads, K/V heads, threads, the pairs whose barrier the graph loop leaves out): SmolLM2-135M and
-# Qwen2.5-0.5B on 2 threads, an 8B's heads on 3, more threads than K rows; and two where K's cache write cannot
-# follow its transform without a barrier (3 and 5 K rows of 128 on 2 threads: a thread's half of the blocks reaches
-# into a row the other thread transforms)
+# (head dim, Q heads, K/V heads, threads, V written from F16, the pairs whose barrier the graph loop leaves out):
+# SmolLM2-135M and Qwen2.5-0.5B on 2 threads, an 8B's heads on 3, more threads than K rows; two where K's cache
+# write cannot follow its transform without a barrier (3 and 5 K rows of 128 on 2 threads: a thread's half of the
+# blocks reaches into a row the other thread transforms); and V's cache write from an F16 source (its conversion
+# uses a slice of the work buffer per thread: the barrier after K's write stays)
 _ROT = ["ROPE->MUL_MAT", "ROPE->MUL_MAT"]
-_BARRIER_CASES = [(64, 9, 3, 2, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
-                  (64, 14, 2, 2, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
-                  (128, 32, 8, 3, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
-                  (64, 9, 3, 4, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
-                  (128, 12, 3, 2, _ROT + ["SET_ROWS->SET_ROWS"]),
-                  (128, 20, 5, 2, _ROT + ["SET_ROWS->SET_ROWS"])]
+_BARRIER_CASES = [(64, 9, 3, 2, 0, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
+                  (64, 14, 2, 2, 0, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
+                  (128, 32, 8, 3, 0, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
+                  (64, 9, 3, 4, 0, _ROT + ["MUL_MAT->SET_ROWS", "SET_ROWS->SET_ROWS"]),
+                  (128, 12, 3, 2, 0, _ROT + ["SET_ROWS->SET_ROWS"]),
+                  (128, 20, 5, 2, 0, _ROT + ["SET_ROWS->SET_ROWS"]),
+                  (64, 9, 3, 2, 1, _ROT + ["MUL_MAT->SET_ROWS"])]
 
 
-@pytest.mark.parametrize("d,nh,nkv,nth,skips", _BARRIER_CASES)
-def test_the_barriers_a_decode_step_leaves_out_change_no_byte(tmp_path, d, nh, nkv, nth, skips):
+@pytest.mark.parametrize("d,nh,nkv,nth,f16_v,skips", _BARRIER_CASES)
+def test_the_barriers_a_decode_step_leaves_out_change_no_byte(tmp_path, d, nh, nkv, nth, f16_v, skips):
     """ggml-cpu's graph loop leaves out the barrier after a RoPE before the Hadamard transform of its rows, after that
     transform before the turbo cache write of its rows when each thread's blocks lie in its rows, and between two
     cache writes (patch 0015, native/ggml/src/ggml-cpu/ggml-turbo-barrier.h). tests/cpu_host/barrier_check.cpp builds
@@ -271,7 +273,7 @@ def test_the_barriers_a_decode_step_leaves_out_change_no_byte(tmp_path, d, nh, n
     root = Path(__file__).resolve().parents[1]
     exe = _cpu_host_exe(tmp_path, "barrier_check", flags=("-std=c++17", "-O1"),
                         includes=(root / "native" / "ggml" / "src" / "ggml-cpu", source_tree() / "vendor" / "llama.cpp" / "ggml" / "src"))
-    r = subprocess.run([str(exe), *map(str, (d, nh, nkv, nth, 200))], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(exe), *map(str, (d, nh, nkv, nth, 200, f16_v))], capture_output=True, text=True, timeout=300)
     lines = r.stdout.split("\n")
     assert r.returncode == 0 and "OK 200" in lines, r.stdout[-2000:] + r.stderr[-2000:]
     assert [x.removeprefix("skip ") for x in lines if x.startswith("skip ")] == skips

@@ -4,7 +4,10 @@
 // cache writes (SET_ROWS into turbo4), in llama-graph's order (Q, V, K, then the writes), the memory laid out by
 // ggml's graph allocator (which puts a transform's output on the projection it no longer needs).
 //
-//   barrier_check HEAD_DIM N_HEAD N_HEAD_KV N_THREADS ITERS
+//   barrier_check HEAD_DIM N_HEAD N_HEAD_KV N_THREADS ITERS [F16_V]
+//
+// F16_V = 1: V reaches its cache write as F16 (a cast before K's nodes), so that write converts through a slice of
+// the work buffer per thread and must keep the barrier after K's write.
 //
 // Prints the node pairs whose barrier the loop leaves out with N_THREADS threads ("skip OP->OP" lines, in graph
 // order), then computes the graph ITERS times with random inputs, token position and cache row, on N_THREADS
@@ -30,11 +33,12 @@ static ggml_tensor * hadamard(ggml_context * ctx, ggml_tensor * cur, ggml_tensor
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s HEAD_DIM N_HEAD N_HEAD_KV N_THREADS ITERS\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s HEAD_DIM N_HEAD N_HEAD_KV N_THREADS ITERS [F16_V]\n", argv[0]);
         return 2;
     }
     const int d = atoi(argv[1]), nh = atoi(argv[2]), nkv = atoi(argv[3]), nth = atoi(argv[4]), iters = atoi(argv[5]);
+    const bool f16_v = argc == 7 && atoi(argv[6]) != 0;
     const int n_embd = 256, n_cells = 16;
     if (d % 64 != 0 || (d & (d - 1)) != 0 || nh < 1 || nkv < 1 || nh % nkv != 0 || nth < 1 || iters < 1) {
         fprintf(stderr, "HEAD_DIM a power of two >= 64, N_HEAD a multiple of N_HEAD_KV, N_THREADS, ITERS >= 1\n");
@@ -64,6 +68,9 @@ int main(int argc, char ** argv) {
     q = hadamard(ctx, q, rot);
     ggml_set_output(q->view_src);  // the transform's own output (q: a reshape of it) stays for reading
     ggml_tensor * v = hadamard(ctx, ggml_reshape_3d(ctx, ggml_mul_mat(ctx, wv, x), d, nkv, 1), rot);
+    if (f16_v) {
+        v = ggml_cast(ctx, v, GGML_TYPE_F16);
+    }
     ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, wk, x), d, nkv, 1);
     k = ggml_rope_ext(ctx, k, pos, nullptr, d, GGML_ROPE_TYPE_NEOX, 4096, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
     k = hadamard(ctx, k, rot);

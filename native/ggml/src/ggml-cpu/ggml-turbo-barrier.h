@@ -22,12 +22,14 @@
 //      [ith*per, min(ith*per + per, nblk)), per = ceil(nblk/nth)) and each thread's blocks lie
 //      within the rows it transformed (checked for every thread, so that all decide alike).
 //   3. SET_ROWS -> SET_ROWS (the K and the V cache write of a layer): different tensors,
-//      neither reading what the other writes.
+//      neither reading what the other writes, the second using no work buffer (below).
 //
 // Every pair also needs: B writes nothing that a node since the last barrier reads or writes,
 // and reads nothing they write, other than the one link of pairs 1 and 2 (ranges of bytes
-// compared); B uses no shared scratch (the transform and SET_ROWS use no work buffer, so a
-// thread still in a ROPE, whose sin/cos cache lies in the work buffer, is not disturbed).
+// compared); B uses no shared scratch (the transform uses no work buffer, nor does SET_ROWS of
+// an F32 source, or F16 into F16 — an F16 source into another type converts through a slice
+// of it — so a thread still in a ROPE, whose sin/cos cache lies in the work buffer, or in an
+// earlier cache write, is not disturbed).
 // The decision depends only on the graph and the thread count, so every thread makes the same.
 //
 // Included from ggml-cpu.c only (C; header-only so that ggml-cpu's source list is unchanged).
@@ -42,9 +44,20 @@
 // nodes since the last barrier that ggml_turbo_barrier_skip looks at (a longer run keeps the barrier)
 #define GGML_TURBO_BARRIER_CHAIN 4
 
+// the Hadamard transform as ggml_compute_forward_mul_mat hands it to ggml_compute_forward_fwht: the hint, F32 in and
+// out, the matrix F32 with no extra buffer's traits (an extra buffer type, e.g. KleidiAI's for an F16 matrix, would
+// take the MUL_MAT first, with its own split and the work buffer)
 static inline bool ggml_turbo_barrier_is_hadamard(const struct ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && ggml_get_op_params_i32(t, 1) == GGML_HINT_SRC0_IS_HADAMARD &&
-           t->type == GGML_TYPE_F32 && t->src[1] != NULL && t->src[1]->type == GGML_TYPE_F32;
+           t->type == GGML_TYPE_F32 && t->src[1] != NULL && t->src[1]->type == GGML_TYPE_F32 &&
+           t->src[0] != NULL && t->src[0]->type == GGML_TYPE_F32 && t->src[0]->extra == NULL;
+}
+
+// a SET_ROWS that uses no work buffer: ggml_compute_forward_set_rows_impl converts an F16 source for a destination
+// of another type through a per-thread slice of it (another stride than a RoPE's sin/cos cache or an earlier write's)
+static inline bool ggml_turbo_barrier_set_rows_no_scratch(const struct ggml_tensor * t) {
+    return t->op == GGML_OP_SET_ROWS && t->src[0] != NULL &&
+           (t->src[0]->type == GGML_TYPE_F32 || (t->src[0]->type == GGML_TYPE_F16 && t->type == GGML_TYPE_F16));
 }
 
 static inline bool ggml_turbo_barrier_is_turbo(const enum ggml_type type) {
@@ -116,23 +129,26 @@ static inline bool ggml_turbo_barrier_skip(const struct ggml_tensor * const * ch
     const struct ggml_tensor * a = chain[n_chain - 1];
     const bool pair1 = ggml_turbo_barrier_rope_hadamard(a, b);
     const bool pair2 = !pair1 && ggml_turbo_barrier_hadamard_set_rows(a, b, nth);
-    const bool pair3 = a->op == GGML_OP_SET_ROWS && b->op == GGML_OP_SET_ROWS;
+    const bool pair3 = a->op == GGML_OP_SET_ROWS && ggml_turbo_barrier_set_rows_no_scratch(b);
     if (!pair1 && !pair2 && !pair3) {
         return false;
     }
+    // the pair's link, b's source that reads a's output (pair 1: the transform's rows, src[1]; pair 2: the cache
+    // write's rows, src[0]), and pair 1's one allowed overlap, the transform's output on the RoPE's input (src[0])
+    const int link_src = pair1 ? 1 : pair2 ? 0 : -1;
     for (int c = 0; c < n_chain; ++c) {
         const struct ggml_tensor * m = chain[c];
-        const bool link = c == n_chain - 1 && (pair1 || pair2);  // b reads a's output by design
+        const bool last = c == n_chain - 1;
         if (ggml_turbo_barrier_overlap(b, m)) {
             return false;
         }
         for (int i = 0; i < GGML_MAX_SRC; ++i) {
             // b's output on m's input: only pair 1's rows in place
-            if (ggml_turbo_barrier_overlap(b, m->src[i]) && !(link && pair1 && m->src[i] == a->src[0] && ggml_turbo_barrier_same_rows(b, a->src[0]))) {
+            if (ggml_turbo_barrier_overlap(b, m->src[i]) && !(last && pair1 && i == 0 && ggml_turbo_barrier_same_rows(b, m->src[0]))) {
                 return false;
             }
             // b's input on m's output: only the link
-            if (ggml_turbo_barrier_overlap(b->src[i], m) && !link) {
+            if (ggml_turbo_barrier_overlap(b->src[i], m) && !(last && i == link_src)) {
                 return false;
             }
         }
