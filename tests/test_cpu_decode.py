@@ -291,6 +291,31 @@ def test_the_hadamard_transform_equals_its_loop_bit_for_bit(tmp_path, n, nr, nth
     assert r.returncode == 0 and r.stdout.startswith(f"OK {n*nr}"), r.stdout + r.stderr[-2000:]
 
 
+@pytest.mark.parametrize("isa,flags,want", [("avx2", ("-mavx2", "-mno-avx512f"), 8), ("avx512f", ("-mavx512f",), 16),
+                                            (None, ("-mno-avx2", "-mno-avx512f"), 1)])
+def test_each_instruction_set_s_transform_head_equals_the_loop(tmp_path, isa, flags, want):
+    """Patch 0016's in-register stages for each instruction set the header has (the engine is built for this
+    machine's, so its other branch is checked here): tests/cpu_host/fwht_head_check.cpp compiled with the flags,
+    rows of 2..1024 values, the head then the remaining stages against the transform written out, bit for bit; the
+    head must take the stages below the vector width (8 with AVX2, 16 with AVX-512; none without either)."""
+    import platform
+    import shutil
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("needs an x86-64 C++ compiler")
+    cpu_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if isa is not None and isa not in cpu_flags:
+        pytest.skip(f"this CPU has no {isa}")
+    root = Path(__file__).resolve().parents[1]
+    exe = tmp_path / "fwht_head_check"
+    r = subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", *flags, f"-I{root / 'native/ggml/src/ggml-cpu'}",
+                        str(root / "tests/cpu_host/fwht_head_check.cpp"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"OK 200 L={want}", r.stdout + r.stderr[-2000:]
+
+
 def test_k_center_full_decode_folds_the_bias_into_the_mask(wiki_tokens, tmp_path):
     """K centering ``full`` in decode on the CPU: q·R(pos)·b per head in the attention mask, K as
     cached (LLAMA_K_CENTER_FOLD, default on), against adding R(pos)·b to every cell of K (=0).
