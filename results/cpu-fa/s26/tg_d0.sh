@@ -2,7 +2,7 @@
 # decode only at d0: 3 processes x 3 interleaved rounds, five pairs, tg64
 cd /work/main
 O=results/cpu-fa/s26
-for i in 1 2 3; do
+for i in ${PROCS:-1 2 3}; do
   for m in smollm2-135m qwen2.5-coder-0.5b; do
     kc=; [ "${m#qwen}" != "$m" ] && kc=:full
     python3 scripts/tools/interleaved_bench.py "$m" --case f16/f16 --case turbo4/turbo4$kc --case f16/turbo4 \
