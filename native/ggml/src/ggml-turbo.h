@@ -14,6 +14,11 @@
 extern "C" {
 #endif
 
+// Whether type is one of the turbo KV-cache types (the one place the CPU backend names the three).
+static inline bool ggml_turbo_type_is_turbo(enum ggml_type type) {
+    return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
+}
+
 GGML_API void quantize_row_turbo4_0_ref(const float * GGML_RESTRICT x, void * GGML_RESTRICT y, int64_t k);
 GGML_API void quantize_row_turbo3_0_ref(const float * GGML_RESTRICT x, void * GGML_RESTRICT y, int64_t k);
 GGML_API void quantize_row_turbo2_0_ref(const float * GGML_RESTRICT x, void * GGML_RESTRICT y, int64_t k);

@@ -37,6 +37,7 @@
 
 #include "ggml.h"
 #include "ggml-impl.h"
+#include "ggml-turbo.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,10 +59,6 @@ static inline bool ggml_turbo_barrier_is_hadamard(const struct ggml_tensor * t) 
 static inline bool ggml_turbo_barrier_set_rows_no_scratch(const struct ggml_tensor * t) {
     return t->op == GGML_OP_SET_ROWS && t->src[0] != NULL &&
            (t->src[0]->type == GGML_TYPE_F32 || (t->src[0]->type == GGML_TYPE_F16 && t->type == GGML_TYPE_F16));
-}
-
-static inline bool ggml_turbo_barrier_is_turbo(const enum ggml_type type) {
-    return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
 }
 
 // whether the bytes of a and b overlap (NULL or empty: no)
@@ -94,7 +91,7 @@ static inline bool ggml_turbo_barrier_rope_hadamard(const struct ggml_tensor * a
 // pair 2: a the Hadamard transform, b the one-row turbo SET_ROWS of its output, each thread's blocks
 // inside the rows it transformed
 static inline bool ggml_turbo_barrier_hadamard_set_rows(const struct ggml_tensor * a, const struct ggml_tensor * b, const int nth) {
-    if (!ggml_turbo_barrier_is_hadamard(a) || b->op != GGML_OP_SET_ROWS || !ggml_turbo_barrier_is_turbo(b->type) || nth < 2) {
+    if (!ggml_turbo_barrier_is_hadamard(a) || b->op != GGML_OP_SET_ROWS || !ggml_turbo_type_is_turbo(b->type) || nth < 2) {
         return false;
     }
     const struct ggml_tensor * src = b->src[0];

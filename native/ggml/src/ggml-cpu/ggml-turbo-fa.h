@@ -127,10 +127,6 @@ static inline int ggml_turbo_fa_grouped_mode() {
     return mode;
 }
 
-static inline bool ggml_turbo_fa_is_turbo(enum ggml_type type) {
-    return type == GGML_TYPE_TURBO4_0 || type == GGML_TYPE_TURBO3_0 || type == GGML_TYPE_TURBO2_0;
-}
-
 // Where ggml's F16 dot product accumulates in F32 vectors loaded by converting F16 (x86: SSE3, AVX,
 // AVX-512, GGML_F16_DOT_VEC is an F32 vector), the Q rows can be held as F32 once per chunk: each
 // value is the F16 value exactly, as GGML_F16_DOT_VEC_LOAD would convert it every time.
@@ -255,7 +251,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
 
     GGML_ASSERT(q_to_vec_dot && "fattn: unsupported K-type");
     GGML_ASSERT((v->type == GGML_TYPE_F32 || v_to_float) && "fattn: unsupported V-type");
-    const bool k_multi = ggml_turbo_fa_is_turbo(k->type) && k_vec_dot_type == GGML_TYPE_F32;
+    const bool k_multi = ggml_turbo_type_is_turbo(k->type) && k_vec_dot_type == GGML_TYPE_F32;
     const bool v_f16   = v->type == GGML_TYPE_F16;
 
     if (mode == GGML_TURBO_FA_GROUPED_LOG || mode == GGML_TURBO_FA_GROUPED_EXACT) {
