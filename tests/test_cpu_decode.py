@@ -169,7 +169,11 @@ def fa_decode_check(tmp_path_factory) -> Path:
 _OP_CASES = [("turbo4", "turbo4", 64, 3, 3, 768, 601), ("turbo3", "turbo3", 64, 2, 7, 1024, 1024),
              ("f16", "turbo4", 64, 3, 3, 768, 700), ("q8_0", "turbo3", 128, 2, 4, 640, 513),
              ("turbo2", "q8_0", 128, 1, 8, 512, 497), ("turbo4", "f16", 64, 2, 7, 768, 640),
-             ("f32", "turbo4", 64, 2, 7, 512, 512)]
+             ("f32", "turbo4", 64, 2, 7, 512, 512),
+             # below ggml's 512 cells (split there too for a quantized K or V: ggml-turbo-fa.h): a decode at depth 0
+             # (256 cells, 33 visible), a short cache in full, one row past a block
+             ("turbo4", "turbo4", 64, 3, 3, 256, 33), ("f16", "turbo4", 64, 3, 3, 128, 128),
+             ("q8_0", "turbo3", 128, 2, 4, 17, 17)]
 
 
 @pytest.mark.parametrize("tk,tv,d,hkv,g,nkv,nvalid", _OP_CASES)

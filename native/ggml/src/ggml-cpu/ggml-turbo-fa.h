@@ -209,6 +209,19 @@ static inline void ggml_turbo_fa_mad_f32_multi(int n, float * y, int64_t ldy, co
     }
 }
 
+// Whether a one-query decode takes ggml's split-KV path (each thread a range of cells, then the partials
+// reduced) below its 512 cells: whenever K or V is quantized, so that ggml_turbo_fa_decode_chunk runs at every
+// cache length (with GGML_TURBO_FA_GROUPED=0 ggml's per-head loop runs in the same chunks, so that the A/B and
+// the bit-exact check of tests/test_cpu_decode.py compare the same partials). Below 512 cells ggml's other path
+// gives each thread whole Q heads and decodes every K and V row once per Q head (G times for a group of G).
+// FA alone on the CPU (hd 64, 9 Q / 3 K/V heads as SmolLM2-135M, one query, 2 threads, test-backend-ops perf):
+// turbo4/turbo4 at 256 cells 63 -> 41 us, at 32 cells 8.4 -> 5.5 us (docs/CPU.md, session 27).
+static inline bool ggml_turbo_fa_split_below_512(const ggml_tensor * k, const ggml_tensor * v) {
+    const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
+    const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
+    return !(k_plain && v_plain);
+}
+
 // dst: the FLASH_ATTN_EXT node (q F32 with one query, neq3 == 1); rows [ic_start, ic_end) of K/V;
 // partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]).
 static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start, int64_t ic_end,
