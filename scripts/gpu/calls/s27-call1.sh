@@ -1,0 +1,45 @@
+# session 27 call 1 (cold): what a d0 decode token of the 8B shape pays for a turbo4 cache beyond f16 (the issue's
+# d0 mark: 0.91x in session 23), in interleaved tg64 @ d0 rounds of one build:
+#   f16; turbo4; turbo4 with upstream's end-of-grid launch trigger in the Hadamard kernel (GGML_CUDA_FWHT_LC=0; the
+#   build's default is now the early trigger rope and norm use, so the next kernel's launch overlaps it); turbo4
+#   without the rotation (LLAMA_ATTN_ROT_DISABLE=1, quality aside: the four transforms' share); turbo4 with the
+#   whole GQA group per block at d0 (GGML_CUDA_TURBO_FA_GQA=4); f16 and turbo4 without programmatic dependent
+#   launch (GGML_CUDA_PDL=0: how much each leans on it).
+# Then the early trigger checked in the model: llama-perplexity on 4 chunks of generated text (the shape's own
+# "tN" vocabulary), turbo4, the logits of GGML_CUDA_FWHT_LC=0 as the base, KLD of a second LC=0 run and of LC=1.
+# Then, time left, every kernel of about one d0 token under Nsight Compute (turbo4 and f16).
+. scripts/gpu/calls/common.sh; call_start 1
+export EXTRA_TARGETS=llama-perplexity
+bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
+ensure_build
+wait; tail -1 $OUT/model.log
+nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
+RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=0 turbo4/turbo4:LLAMA_ATTN_ROT_DISABLE=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_GQA=4 f16/f16:GGML_CUDA_PDL=0 turbo4/turbo4:GGML_CUDA_PDL=0"
+for r in 1 2 3; do
+  for run in $RUNS; do kv=${run%%:*} e=${run#*:}
+    [ $(left) -lt 150 ] && { echo "stopping rounds: $(left) s left"; break 2; }
+    echo "r$r == $kv${e:+ $e}"
+    env $e $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 64 -d 0 -r 2 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
+  done
+done | tee $OUT/bench-m8b-d0.txt
+python3 scripts/gpu/tg_rounds.py $OUT/bench-m8b-d0.txt 2>&1 | tail -10
+echo "rounds done at $(( $(date +%s) - T0 )) s"
+if [ -x $B/llama-perplexity ] && [ $(left) -gt 90 ]; then
+  python3 -c "import random; random.seed(27); print(' '.join('t%d' % random.randrange(1000) for _ in range(6000)))" > /tmp/gen.txt
+  P="$B/llama-perplexity -m /tmp/m8b.gguf -f /tmp/gen.txt -ngl 99 -fa on -ctk turbo4 -ctv turbo4 -c 512 --chunks 4 -b 512"
+  GGML_CUDA_FWHT_LC=0 $P --kl-divergence-base /tmp/base.kld > $OUT/ppl-base.txt 2>&1 || echo "ppl base rc $?"
+  for e in GGML_CUDA_FWHT_LC=0 GGML_CUDA_FWHT_LC=1; do
+    env $e $P --kl-divergence-base /tmp/base.kld --kl-divergence > $OUT/kld-$e.txt 2>&1 || echo "kld $e rc $?"
+    echo "$e: $(grep -E 'Mean +KLD|Maximum KLD|Same top p' $OUT/kld-$e.txt | tr -s ' ' | tr '\n' ';')"
+  done
+fi
+NCU="ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum"
+for kv in turbo4/turbo4 f16/f16; do
+  [ $(left) -lt 100 ] && { echo "stopping before d0 ncu $kv: $(left) s left"; break; }
+  timeout 90 $NCU --launch-skip 1500 --launch-count 700 \
+    $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 8 -d 0 -r 1 --no-warmup \
+    > $OUT/ncu-step0-${kv/\//-}.txt 2>&1 || echo "ncu d0 $kv rc $?"
+  echo "d0 ncu $kv at $(( $(date +%s) - T0 )) s"
+done
+ls $OUT/ncu-step0-*.txt >/dev/null 2>&1 && python3 scripts/gpu/ncu_step_summary.py $OUT/ncu-step0-*.txt | tee $OUT/ncu-step0-summary.txt | head -60
+echo "done at $(( $(date +%s) - T0 )) s"
