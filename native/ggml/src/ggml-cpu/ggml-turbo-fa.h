@@ -209,17 +209,43 @@ static inline void ggml_turbo_fa_mad_f32_multi(int n, float * y, int64_t ldy, co
     }
 }
 
-// Whether a one-query decode takes ggml's split-KV path (each thread a range of cells, then the partials
-// reduced) below its 512 cells: whenever K or V is quantized, so that ggml_turbo_fa_decode_chunk runs at every
-// cache length (with GGML_TURBO_FA_GROUPED=0 ggml's per-head loop runs in the same chunks, so that the A/B and
-// the bit-exact check of tests/test_cpu_decode.py compare the same partials). Below 512 cells ggml's other path
+// Whether a one-query decode with these K/V types takes ggml's split-KV path (each thread a range of cells,
+// then the partials reduced) at every cache length, over the cells its mask leaves visible
+// (ggml_turbo_fa_visible_cells): whenever K or V is quantized, so that ggml_turbo_fa_decode_chunk runs
+// (with GGML_TURBO_FA_GROUPED=0 ggml's per-head loop runs in the same chunks, so that the A/B and the
+// bit-exact check of tests/test_cpu_decode.py compare the same partials). Below 512 cells ggml's other path
 // gives each thread whole Q heads and decodes every K and V row once per Q head (G times for a group of G).
-// FA alone on the CPU (hd 64, 9 Q / 3 K/V heads as SmolLM2-135M, one query, 2 threads, test-backend-ops perf):
-// turbo4/turbo4 at 256 cells 63 -> 41 us, at 32 cells 8.4 -> 5.5 us (docs/CPU.md, session 27).
-static inline bool ggml_turbo_fa_split_below_512(const ggml_tensor * k, const ggml_tensor * v) {
+// FA alone on the CPU (hd 64, 9 Q / 3 K/V heads as SmolLM2-135M, one query, 2 threads, every cell visible,
+// test-backend-ops perf): turbo4/turbo4 at 256 cells 63 -> 41 us, at 32 cells 8.4 -> 5.5 us (docs/CPU.md,
+// session 27).
+static inline bool ggml_turbo_fa_decode_split(const ggml_tensor * k, const ggml_tensor * v) {
     const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
     const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
     return !(k_plain && v_plain);
+}
+
+// The cells [0, n) a one-query decode's split covers: one past the last cell that some head's mask row (row 0
+// of each of the F16 mask's ne[2] planes) does not hide (-inf), at least 1; every cell without a mask. A cache
+// is padded to a multiple of 256 cells and fills from cell 0, so at depth 0 a decode's visible cells are the
+// first few of 256: split over all of them, one thread got every visible cell and the other none.
+static inline int64_t ggml_turbo_fa_visible_cells(const ggml_tensor * dst) {
+    const ggml_tensor * k    = dst->src[1];
+    const ggml_tensor * mask = dst->src[3];
+    const int64_t n_kv = k->ne[1];
+    if (mask == nullptr || mask->type != GGML_TYPE_F16) {
+        return n_kv;
+    }
+    const uint16_t neg_inf = 0xFC00;  // binary16 -inf
+    int64_t n = 1;
+    for (int64_t p = 0; p < mask->ne[2]; ++p) {
+        const uint16_t * m = (const uint16_t *) ((const char *) mask->data + p*mask->nb[2]);
+        int64_t c = n_kv;
+        while (c > n && m[c - 1] == neg_inf) {
+            --c;
+        }
+        n = c > n ? c : n;
+    }
+    return n;
 }
 
 // dst: the FLASH_ATTN_EXT node (q F32 with one query, neq3 == 1); rows [ic_start, ic_end) of K/V;
