@@ -1,7 +1,7 @@
 # session 27 call 1 (cold): what a d0 decode token of the 8B shape pays for a turbo4 cache beyond f16 (the issue's
 # d0 mark: 0.91x in session 23), in interleaved tg64 @ d0 rounds of one build:
-#   f16; turbo4; turbo4 with upstream's end-of-grid launch trigger in the Hadamard kernel (GGML_CUDA_FWHT_LC=0; the
-#   build's default is now the early trigger rope and norm use, so the next kernel's launch overlaps it); turbo4
+#   f16; turbo4; turbo4 with the Hadamard kernel triggering its dependents' launch at its start as rope and norm do
+#   (GGML_CUDA_FWHT_LC=1; the build's default stays upstream's end-of-grid trigger until this is measured); turbo4
 #   without the rotation (LLAMA_ATTN_ROT_DISABLE=1, quality aside: the four transforms' share); turbo4 with the
 #   whole GQA group per block at d0 (GGML_CUDA_TURBO_FA_GQA=4); f16 and turbo4 without programmatic dependent
 #   launch (GGML_CUDA_PDL=0: how much each leans on it).
@@ -14,7 +14,7 @@ bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
 ensure_build
 wait; tail -1 $OUT/model.log
 nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
-RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=0 turbo4/turbo4:LLAMA_ATTN_ROT_DISABLE=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_GQA=4 f16/f16:GGML_CUDA_PDL=0 turbo4/turbo4:GGML_CUDA_PDL=0"
+RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=1 turbo4/turbo4:LLAMA_ATTN_ROT_DISABLE=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_GQA=4 f16/f16:GGML_CUDA_PDL=0 turbo4/turbo4:GGML_CUDA_PDL=0"
 for r in 1 2 3; do
   for run in $RUNS; do kv=${run%%:*} e=${run#*:}
     [ $(left) -lt 150 ] && { echo "stopping rounds: $(left) s left"; break 2; }

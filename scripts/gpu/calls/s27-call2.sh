@@ -1,11 +1,11 @@
-# session 27 call 2 (warm, after call 1): the tg64 marks of the 8B shape with the Hadamard kernel's early launch
-# trigger (this build's default), in three interleaved rounds (-r 1 each) at d0 / 16K / 64K: f16, q8_0, turbo4,
-# turbo4 with upstream's end-of-grid trigger (GGML_CUDA_FWHT_LC=0), turbo3; every figure beside f16 and q8_0 in the
+# session 27 call 2 (warm, after call 1): the tg64 marks of the 8B shape in three interleaved rounds (-r 1
+# each) at d0 / 16K / 64K: f16, q8_0, turbo4, turbo4 with the Hadamard kernel's early launch trigger
+# (GGML_CUDA_FWHT_LC=1), turbo3; every figure beside f16 and q8_0 in the
 # same run (scripts/gpu/tg_rounds.py). Then, time left, serving at equal KV memory (llama-batched-bench S_TG: f16 with
 # 64 sequences of 4096 + 128, turbo4 with 240).
 . scripts/gpu/calls/common.sh; call_start 2
 ensure_build; ensure_m8b
-RUNS="f16/f16: q8_0/q8_0: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=0 turbo3/turbo3:"
+RUNS="f16/f16: q8_0/q8_0: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=1 turbo3/turbo3:"
 for r in 1 2 3; do
   for run in $RUNS; do kv=${run%%:*} e=${run#*:}
     [ $(left) -lt 60 ] && { echo "stopping rounds: $(left) s left"; break 2; }
