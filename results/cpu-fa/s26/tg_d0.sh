@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # decode only at d0: 3 processes x 3 interleaved rounds, five pairs, tg64
 cd /work/main
-O=results/cpu-fa/s26
+O=${O:-results/cpu-fa/s26}  # session 27 ran it again with O=results/cpu-fa/s27
 for i in ${PROCS:-1 2 3}; do
   for m in smollm2-135m qwen2.5-coder-0.5b; do
     kc=; [ "${m#qwen}" != "$m" ] && kc=:full

@@ -1,13 +1,4 @@
 #!/usr/bin/env bash
-# decode only at d0: PROCS processes x 3 interleaved rounds, five pairs, tg64
-cd /work/main
-O=results/cpu-fa/s27
-for i in ${PROCS:-1 2 3}; do
-  for m in smollm2-135m qwen2.5-coder-0.5b; do
-    kc=; [ "${m#qwen}" != "$m" ] && kc=:full
-    python3 scripts/tools/interleaved_bench.py "$m" --case f16/f16 --case turbo4/turbo4$kc --case f16/turbo4 \
-        --case turbo3/turbo3$kc --case q8_0/turbo4$kc --depth 0 --prompt 0 --tokens 64 --rounds 3 -t 2 \
-        --out "$O/tg-d0.jsonl" 2>/dev/null | grep -E '^\||@' | sed "s/^/p$i $m d0 /" >> "$O/tg-d0.md"
-  done
-done
-echo "# done $(date -u +%T)" >> "$O/tg-d0.md"
+# the issue's d0 decode cells as session 26 measured them (PROCS processes x 3 interleaved rounds, five pairs, tg64), here
+#   PROCS="1 2 3 4 5 6" bash results/cpu-fa/s27/tg_d0.sh
+cd "$(dirname "$0")/../../.." && O=results/cpu-fa/s27 exec bash results/cpu-fa/s26/tg_d0.sh

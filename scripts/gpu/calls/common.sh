@@ -44,3 +44,18 @@ tg_rounds() {
   done | tee $OUT/$file
   python3 scripts/gpu/tg_rounds.py $OUT/$file 2>&1 | tail -14
 }
+# every kernel of about one d0 decode token of the 8B shape under Nsight Compute (gpu__time_duration, no cache flush,
+# no warm-up, the first 1500 launches skipped), for turbo4 and f16, each stopped after TIMEOUT seconds and skipped when
+# fewer than MIN_LEFT are left: ncu_d0_token MIN_LEFT TIMEOUT; then summed per kernel by scripts/gpu/ncu_step_summary.py
+# into $OUT/ncu-step0-summary.txt
+ncu_d0_token() {
+  local min_left=$1 tmo=$2 kv
+  for kv in turbo4/turbo4 f16/f16; do
+    [ $(left) -lt $min_left ] && { echo "stopping before d0 ncu $kv: $(left) s left"; break; }
+    timeout $tmo ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --launch-skip 1500 --launch-count 700 \
+      $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 8 -d 0 -r 1 --no-warmup \
+      > $OUT/ncu-step0-${kv/\//-}.txt 2>&1 || echo "ncu d0 $kv rc $?"
+    echo "d0 ncu $kv at $(( $(date +%s) - T0 )) s"
+  done
+  ls $OUT/ncu-step0-*.txt > /dev/null 2>&1 && python3 scripts/gpu/ncu_step_summary.py $OUT/ncu-step0-*.txt | tee $OUT/ncu-step0-summary.txt | head -70
+}

@@ -5,15 +5,7 @@
 # (GGML_CUDA_TURBO_FA_GQA=4): whether the short cache's FA latency drops with G = 4.
 . scripts/gpu/calls/common.sh; call_start 2
 ensure_build; ensure_m8b
-NCU="ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum"
-for kv in turbo4/turbo4 f16/f16; do
-  [ $(left) -lt 200 ] && { echo "stopping before d0 ncu $kv: $(left) s left"; break; }
-  timeout 120 $NCU --launch-skip 1500 --launch-count 700 \
-    $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 8 -d 0 -r 1 --no-warmup \
-    > $OUT/ncu-step0-${kv/\//-}.txt 2>&1 || echo "ncu d0 $kv rc $?"
-  echo "d0 ncu $kv at $(( $(date +%s) - T0 )) s"
-done
-python3 scripts/gpu/ncu_step_summary.py $OUT/ncu-step0-*.txt | tee $OUT/ncu-step0-summary.txt | head -70
+ncu_d0_token 200 120
 for r in 1 2 3; do
   for run in f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_FA_GQA=4; do kv=${run%%:*} e=${run#*:}
     [ $(left) -lt 30 ] && { echo "stopping: $(left) s left"; break 2; }

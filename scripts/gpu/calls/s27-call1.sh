@@ -33,13 +33,5 @@ if [ -x $B/llama-perplexity ] && [ $(left) -gt 90 ]; then
     echo "$e: $(grep -E 'Mean +KLD|Maximum KLD|Same top p' $OUT/kld-$e.txt | tr -s ' ' | tr '\n' ';')"
   done
 fi
-NCU="ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum"
-for kv in turbo4/turbo4 f16/f16; do
-  [ $(left) -lt 100 ] && { echo "stopping before d0 ncu $kv: $(left) s left"; break; }
-  timeout 90 $NCU --launch-skip 1500 --launch-count 700 \
-    $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 8 -d 0 -r 1 --no-warmup \
-    > $OUT/ncu-step0-${kv/\//-}.txt 2>&1 || echo "ncu d0 $kv rc $?"
-  echo "d0 ncu $kv at $(( $(date +%s) - T0 )) s"
-done
-ls $OUT/ncu-step0-*.txt >/dev/null 2>&1 && python3 scripts/gpu/ncu_step_summary.py $OUT/ncu-step0-*.txt | tee $OUT/ncu-step0-summary.txt | head -60
+ncu_d0_token 100 90
 echo "done at $(( $(date +%s) - T0 )) s"
