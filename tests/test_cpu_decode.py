@@ -170,10 +170,10 @@ _OP_CASES = [("turbo4", "turbo4", 64, 3, 3, 768, 601), ("turbo3", "turbo3", 64, 
              ("f16", "turbo4", 64, 3, 3, 768, 700), ("q8_0", "turbo3", 128, 2, 4, 640, 513),
              ("turbo2", "q8_0", 128, 1, 8, 512, 497), ("turbo4", "f16", 64, 2, 7, 768, 640),
              ("f32", "turbo4", 64, 2, 7, 512, 512),
-             # below ggml's 512 cells (split there too for a quantized K or V: ggml-turbo-fa.h): a decode at depth 0
-             # (256 cells, 33 visible), a short cache in full, one row past a block
-             ("turbo4", "turbo4", 64, 3, 3, 256, 33), ("f16", "turbo4", 64, 3, 3, 128, 128),
-             ("q8_0", "turbo3", 128, 2, 4, 17, 17)]
+             # few visible cells in a long cache (the split shares out only those: ggml-turbo-fa.h): 33 of 768, 300 of
+             # 512, one row past a block of 1024
+             ("turbo4", "turbo4", 64, 3, 3, 768, 33), ("f16", "turbo4", 64, 3, 3, 512, 300),
+             ("q8_0", "turbo3", 128, 2, 4, 1024, 17)]
 
 
 @pytest.mark.parametrize("tk,tv,d,hkv,g,nkv,nvalid", _OP_CASES)

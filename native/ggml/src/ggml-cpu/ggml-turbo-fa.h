@@ -209,16 +209,15 @@ static inline void ggml_turbo_fa_mad_f32_multi(int n, float * y, int64_t ldy, co
     }
 }
 
-// Whether a one-query decode with these K/V types takes ggml's split-KV path (each thread a range of cells,
-// then the partials reduced) at every cache length, over the cells its mask leaves visible
-// (ggml_turbo_fa_visible_cells): whenever K or V is quantized, so that ggml_turbo_fa_decode_chunk runs
-// (with GGML_TURBO_FA_GROUPED=0 ggml's per-head loop runs in the same chunks, so that the A/B and the
-// bit-exact check of tests/test_cpu_decode.py compare the same partials). Below 512 cells ggml's other path
-// gives each thread whole Q heads and decodes every K and V row once per Q head (G times for a group of G).
-// FA alone on the CPU (hd 64, 9 Q / 3 K/V heads as SmolLM2-135M, one query, 2 threads, every cell visible,
-// test-backend-ops perf): turbo4/turbo4 at 256 cells 63 -> 41 us, at 32 cells 8.4 -> 5.5 us (docs/CPU.md,
-// session 27).
-static inline bool ggml_turbo_fa_decode_split(const ggml_tensor * k, const ggml_tensor * v) {
+// Whether ggml's split-KV decode (one query, 512 cells or more) shares out only the cells its mask leaves visible
+// (ggml_turbo_fa_visible_cells) rather than all n_kv: whenever K or V is quantized, so that
+// ggml_turbo_fa_decode_chunk's threads split the cells a query sees (with GGML_TURBO_FA_GROUPED=0 ggml's per-head
+// loop runs in the same chunks, so that the A/B and the bit-exact check of tests/test_cpu_decode.py compare the
+// same partials). f16/f16 keeps ggml's split. Below 512 cells ggml's other path stays: taking the split there too
+// (session 27: FA alone, SmolLM2's heads, 256 cells 63 -> 41 us; d0 decode +2-3 % in alternating processes) makes a
+// one-token decode sum attention in another order than the batched verification of speculative decoding, whose
+// greedy text then differs from plain decoding's on a short chat (tests/test_serve_media.py); docs/CPU.md.
+static inline bool ggml_turbo_fa_split_visible(const ggml_tensor * k, const ggml_tensor * v) {
     const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
     const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
     return !(k_plain && v_plain);
@@ -226,8 +225,9 @@ static inline bool ggml_turbo_fa_decode_split(const ggml_tensor * k, const ggml_
 
 // The cells [0, n) a one-query decode's split covers: one past the last cell that some head's mask row (row 0
 // of each of the F16 mask's ne[2] planes) does not hide (-inf), at least 1; every cell without a mask. A cache
-// is padded to a multiple of 256 cells and fills from cell 0, so at depth 0 a decode's visible cells are the
-// first few of 256: split over all of them, one thread got every visible cell and the other none.
+// is padded to a multiple of 256 cells and fills from cell 0, so up to 255 of the last cells are hidden: split
+// over all of them, the last thread got fewer visible cells than the others (none, for 600 visible of 768 on
+// three threads).
 static inline int64_t ggml_turbo_fa_visible_cells(const ggml_tensor * dst) {
     const ggml_tensor * k    = dst->src[1];
     const ggml_tensor * mask = dst->src[3];
