@@ -15,14 +15,7 @@ ensure_build
 wait; tail -1 $OUT/model.log
 nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
 RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=1 turbo4/turbo4:LLAMA_ATTN_ROT_DISABLE=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_GQA=4 f16/f16:GGML_CUDA_PDL=0 turbo4/turbo4:GGML_CUDA_PDL=0"
-for r in 1 2 3; do
-  for run in $RUNS; do kv=${run%%:*} e=${run#*:}
-    [ $(left) -lt 150 ] && { echo "stopping rounds: $(left) s left"; break 2; }
-    echo "r$r == $kv${e:+ $e}"
-    env $e $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 64 -d 0 -r 2 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
-  done
-done | tee $OUT/bench-m8b-d0.txt
-python3 scripts/gpu/tg_rounds.py $OUT/bench-m8b-d0.txt 2>&1 | tail -10
+tg_env_rounds bench-m8b-d0.txt 3 0 2 150 "$RUNS"
 echo "rounds done at $(( $(date +%s) - T0 )) s"
 if [ -x $B/llama-perplexity ] && [ $(left) -gt 90 ]; then
   python3 -c "import random; random.seed(27); print(' '.join('t%d' % random.randrange(1000) for _ in range(6000)))" > /tmp/gen.txt

@@ -6,14 +6,7 @@
 . scripts/gpu/calls/common.sh; call_start 2
 ensure_build; ensure_m8b
 RUNS="f16/f16: q8_0/q8_0: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=1 turbo3/turbo3:"
-for r in 1 2 3; do
-  for run in $RUNS; do kv=${run%%:*} e=${run#*:}
-    [ $(left) -lt 60 ] && { echo "stopping rounds: $(left) s left"; break 2; }
-    echo "r$r == $kv${e:+ $e}"
-    env $e $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 64 -d 0,16384,65536 -r 1 -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
-  done
-done | tee $OUT/bench-m8b-rounds.txt
-python3 scripts/gpu/tg_rounds.py $OUT/bench-m8b-rounds.txt 2>&1 | tail -8
+tg_env_rounds bench-m8b-rounds.txt 3 0,16384,65536 1 60 "$RUNS"
 for run in f16/f16:64:4096 turbo4/turbo4:240:4096; do
   [ $(left) -lt 130 ] && { echo "stopping before $run: $(left) s left"; break; }
   RUNS=$run timeout $(( $(left) - 5 )) bash scripts/gpu/roofline.sh batched /tmp/m8b.gguf | grep -v '^columns'
