@@ -73,3 +73,10 @@ tg_env_rounds() {
   done | tee $OUT/$file
   python3 scripts/gpu/tg_rounds.py $OUT/$file 2>&1 | tail -10
 }
+# a call that may find the machine cold: the 8B shape written while the build (if needed) runs, then the card named
+cold_start() {
+  bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
+  ensure_build
+  wait; tail -1 $OUT/model.log
+  nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
+}

@@ -10,10 +10,7 @@
 # Then, time left, every kernel of about one d0 token under Nsight Compute (turbo4 and f16).
 . scripts/gpu/calls/common.sh; call_start 1
 export EXTRA_TARGETS=llama-perplexity
-bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
-ensure_build
-wait; tail -1 $OUT/model.log
-nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
+cold_start
 RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=1 turbo4/turbo4:LLAMA_ATTN_ROT_DISABLE=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_GQA=4 f16/f16:GGML_CUDA_PDL=0 turbo4/turbo4:GGML_CUDA_PDL=0"
 tg_env_rounds bench-m8b-d0.txt 3 0 2 150 "$RUNS"
 echo "rounds done at $(( $(date +%s) - T0 )) s"

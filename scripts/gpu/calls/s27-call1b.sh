@@ -3,10 +3,7 @@
 # Hadamard kernel's early launch trigger (GGML_CUDA_FWHT_LC=1), turbo4 without the rotation; CALL_LIMIT=N plans the
 # rounds for N seconds.
 . scripts/gpu/calls/common.sh; call_start 1
-bash scripts/gpu/roofline.sh model /tmp/m8b.gguf > $OUT/model.log 2>&1 &
-ensure_build
-wait; tail -1 $OUT/model.log
-nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
+cold_start
 RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_FWHT_LC=1 turbo4/turbo4:LLAMA_ATTN_ROT_DISABLE=1"
 tg_env_rounds bench-m8b-d0.txt 4 0 2 15 "$RUNS"
 echo "done at $(( $(date +%s) - T0 )) s"
