@@ -209,15 +209,14 @@ static inline void ggml_turbo_fa_mad_f32_multi(int n, float * y, int64_t ldy, co
     }
 }
 
-// Whether ggml's split-KV decode (one query, 512 cells or more) shares out only the cells its mask leaves visible
-// (ggml_turbo_fa_visible_cells) rather than all n_kv: whenever K or V is quantized, so that
-// ggml_turbo_fa_decode_chunk's threads split the cells a query sees (with GGML_TURBO_FA_GROUPED=0 ggml's per-head
-// loop runs in the same chunks, so that the A/B and the bit-exact check of tests/test_cpu_decode.py compare the
-// same partials). f16/f16 keeps ggml's split. Below 512 cells ggml's other path stays: taking the split there too
-// (session 27: FA alone, SmolLM2's heads, 256 cells 63 -> 41 us; d0 decode +2-3 % in alternating processes) makes a
-// one-token decode sum attention in another order than the batched verification of speculative decoding, whose
-// greedy text then differs from plain decoding's on a short chat (tests/test_serve_media.py); docs/CPU.md.
-static inline bool ggml_turbo_fa_split_visible(const ggml_tensor * k, const ggml_tensor * v) {
+// Whether K or V is quantized (neither F16 nor F32): the pairs whose one-query decode runs
+// ggml_turbo_fa_decode_chunk, and whose split-KV decode (512 cells or more) shares out only the cells the mask leaves
+// visible (ggml_turbo_fa_visible_cells; with GGML_TURBO_FA_GROUPED=0 ggml's per-head loop runs in the same chunks,
+// so the A/B and the bit-exact check of tests/test_cpu_decode.py compare the same partials). f16/f16 keeps ggml's
+// split. Below 512 cells ggml's other path stays: the split there too (FA alone, SmolLM2's heads, 256 cells 63 -> 41 us)
+// sums a one-token decode in another order than speculative decoding's batched verification, whose greedy text then
+// differs from plain decoding's on a short chat (tests/test_serve_media.py; docs/CPU.md, session 27).
+static inline bool ggml_turbo_fa_kv_quantized(const ggml_tensor * k, const ggml_tensor * v) {
     const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
     const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
     return !(k_plain && v_plain);
@@ -258,12 +257,10 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
     const ggml_tensor * mask  = dst->src[3];
     const ggml_tensor * sinks = dst->src[4];
 
-    const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
-    const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
     const int64_t DK = k->ne[0], DV = v->ne[0];
     const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
     const int mode = ggml_turbo_fa_grouped_mode();
-    if ((k_plain && v_plain) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 || mode == GGML_TURBO_FA_GROUPED_OFF) {
+    if (!ggml_turbo_fa_kv_quantized(k, v) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 || mode == GGML_TURBO_FA_GROUPED_OFF) {
         return false;
     }
     const int64_t G = n_head / n_head_kv;  // Q heads per K/V head
