@@ -173,7 +173,10 @@ _OP_CASES = [("turbo4", "turbo4", 64, 3, 3, 768, 601), ("turbo3", "turbo3", 64, 
              # few visible cells in a long cache (the split shares out only those: ggml-turbo-fa.h): 33 of 768, 300 of
              # 512, one row past a block of 1024
              ("turbo4", "turbo4", 64, 3, 3, 768, 33), ("f16", "turbo4", 64, 3, 3, 512, 300),
-             ("q8_0", "turbo3", 128, 2, 4, 1024, 17)]
+             ("q8_0", "turbo3", 128, 2, 4, 1024, 17),
+             # below 512 cells (no split: each thread its Q heads over every cell, written to the output directly)
+             ("turbo4", "turbo4", 64, 3, 3, 256, 200), ("f16", "turbo4", 64, 2, 7, 100, 100),
+             ("q8_0", "turbo3", 128, 2, 4, 300, 77), ("turbo4", "f16", 64, 3, 3, 128, 128)]
 
 
 @pytest.mark.parametrize("tk,tv,d,hkv,g,nkv,nvalid", _OP_CASES)
@@ -204,6 +207,42 @@ def test_block_softmax_decode_is_the_loop_within_rounding(fa_decode_check, tmp_p
     rel = float(np.abs(block - loop).max() / np.abs(loop).max())
     assert rel < tol, f"block softmax {rel:.2e} of the largest output from ggml's loop"
     assert nmse["1"] < 1.5*nmse["0"] + 1e-12, f"NMSE block {nmse['1']:.3e} against loop {nmse['0']:.3e}"
+
+
+# (K, V, head dim, K/V heads, Q heads per K/V head, cells, cells visible to the last query, queries): below 512 cells
+# and 64 queries; SmolLM2's and Qwen2.5's heads (14 Q heads x 3 queries: a thread's share ends inside a query and
+# inside a K/V head's group), the most queries before ggml's tiles, an F16 K, an F16 V, a q8_0 K
+_BATCH_CASES = [("turbo4", "turbo4", 64, 3, 3, 256, 200, 5), ("turbo3", "turbo3", 64, 2, 7, 100, 90, 3),
+                ("f16", "turbo4", 64, 2, 7, 511, 511, 63), ("turbo4", "f16", 64, 3, 3, 128, 128, 4),
+                ("q8_0", "turbo2", 128, 2, 4, 300, 77, 2)]
+
+
+@pytest.mark.parametrize("tk,tv,d,hkv,g,nkv,nvalid,nq", _BATCH_CASES)
+def test_a_query_decodes_to_the_same_floats_alone_and_in_a_batch(fa_decode_check, tmp_path, tk, tv, d, hkv, g,
+                                                                 nkv, nvalid, nq):
+    """Below 512 cells a query's attention with a quantized K or V is the same floats whether it comes alone (a
+    one-token decode) or among a few queries (speculative decoding's verification of its drafts, several
+    sequences' tokens in one ubatch), in every GGML_TURBO_FA_GROUPED mode; tests/cpu_host/fa_decode_check.cpp
+    decodes nq causal queries in one call and each alone. The grouped path with the per-row softmax is bit for
+    bit ggml's loop for the whole batch; the block softmax within rounding of it. A query given another's mask
+    row, Q row or output row, or a head left out, differs in many floats."""
+    from tqgguf.cachetypes import ggml_type_id
+
+    out = {}
+    for mode in ("0", "exact", "1"):
+        f = tmp_path / f"out-{mode}.bin"
+        r = subprocess.run([str(fa_decode_check), str(f), str(ggml_type_id(tk)), str(ggml_type_id(tv)), str(d),
+                            str(hkv), str(g), str(nkv), str(nvalid), str(nq)], capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, GGML_TURBO_FA_GROUPED=mode))
+        assert r.returncode == 0, r.stderr[-3000:]
+        words = r.stdout.split()
+        assert words[0] == "alone_differ" and int(words[1]) == 0, f"mode {mode}: {r.stdout}"
+        out[mode] = np.fromfile(f, dtype=np.float32)
+    loop, exact, block = out["0"], out["exact"], out["1"]
+    assert loop.shape == (d*hkv*g*nq,) and np.isfinite(block).all()
+    assert np.array_equal(exact.view(np.uint32), loop.view(np.uint32))
+    tol = 3e-3 if tv == "f16" else 1e-5
+    assert float(np.abs(block - loop).max() / np.abs(loop).max()) < tol
 
 
 # (head dim, Q heads, K/V heads, tokens, cells, cells visible to the last token, threads): Qwen2.5-0.5B's decode

@@ -68,8 +68,11 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 }
 
 // ---------------------------------------------------------------------------------------------
-// One-query decode (ops.cpp's split-KV path: one query, n_kv >= 512, the KV rows split over the
-// threads): the Q heads that share a K/V head take each K and V row together.
+// One-query decode with a quantized K or V: the Q heads that share a K/V head take each K and V row
+// together. Two places in ops.cpp call it: the split-KV path (n_kv >= 512, the cells split over the
+// threads, each chunk's partials merged by ggml) and, below 512 cells, each thread's share of the Q heads
+// over every cell, written to dst as ggml's per-query loop writes them (no split: that would sum a
+// one-token decode in another order than a batch of queries does; see ggml_turbo_fa_kv_quantized).
 //
 // Why: ggml's loop (ggml_compute_forward_flash_attn_ext_f16_one_chunk) runs the chunk once per
 // Q head, so with GQA every K row is decoded and dotted once per Q head (vec_dot) and every V
@@ -84,14 +87,16 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 //     digits differ from ggml's loop within float rounding (tests/test_cpu_decode.py bounds it);
 //   exact: each head's online softmax step exactly as ggml's loop (expf per row, the accumulator
 //     rescaled at every new maximum): the same floats in the same order, so the partials (M, S, VKQ
-//     per head and chunk) are bit for bit those of the loop it replaces.
+//     per head and chunk) are bit for bit those of the loop it replaces. Below 512 cells the softmax is
+//     always this one.
 //
-// Returns false, having written nothing, where it does not apply: K and V both F16/F32 (ggml's
-// own loop, unchanged), K and V with different head counts, more than GGML_TURBO_FA_DEC_MAX_G
-// Q heads per K/V head, or more scratch than GGML_TURBO_FA_DEC_SCRATCH floats (G x (DK + DV) + DV).
+// Returns false, having written nothing, where it does not apply (ggml_turbo_fa_decode_applies): K and
+// V both F16/F32 (ggml's own loop, unchanged), K and V with different head counts, more than
+// GGML_TURBO_FA_DEC_MAX_G Q heads per K/V head, or more scratch than GGML_TURBO_FA_DEC_SCRATCH floats.
 #include "ggml-turbo.h"
 #include "vec.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -213,9 +218,10 @@ static inline void ggml_turbo_fa_mad_f32_multi(int n, float * y, int64_t ldy, co
 // ggml_turbo_fa_decode_chunk, and whose split-KV decode (512 cells or more) shares out only the cells the mask leaves
 // visible (ggml_turbo_fa_visible_cells; with GGML_TURBO_FA_GROUPED=0 ggml's per-head loop runs in the same chunks,
 // so the A/B and the bit-exact check of tests/test_cpu_decode.py compare the same partials). f16/f16 keeps ggml's
-// split. Below 512 cells ggml's other path stays: the split there too (FA alone, SmolLM2's heads, 256 cells 63 -> 41 us)
-// sums a one-token decode in another order than speculative decoding's batched verification, whose greedy text then
-// differs from plain decoding's on a short chat (tests/test_serve_media.py; docs/CPU.md, session 27).
+// split. Below 512 cells there is no split: there it (FA alone, SmolLM2's heads, 256 cells 63 -> 41 us) summed a
+// one-token decode in another order than speculative decoding's batched verification, whose greedy text then differed
+// from plain decoding's on a short chat (tests/test_serve_media.py; docs/CPU.md, session 27); the Q heads are shared
+// out instead, every cell in ggml's order.
 static inline bool ggml_turbo_fa_kv_quantized(const ggml_tensor * k, const ggml_tensor * v) {
     const bool k_plain = k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32;
     const bool v_plain = v->type == GGML_TYPE_F16 || v->type == GGML_TYPE_F32;
@@ -247,32 +253,55 @@ static inline int64_t ggml_turbo_fa_visible_cells(const ggml_tensor * dst) {
     return n;
 }
 
-// dst: the FLASH_ATTN_EXT node (q F32 with one query, neq3 == 1); rows [ic_start, ic_end) of K/V;
-// partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]).
-static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start, int64_t ic_end,
-                                       float * partials, int64_t partial_stride) {
+// F16 K whose vec_dot is ggml_vec_dot_f16 on F16 Q: its rows loaded once for the G heads (ggml_turbo_fa_dot_f16_multi)
+static inline bool ggml_turbo_fa_k_f16_rows(const ggml_tensor * k) {
+    const ggml_type_traits_cpu * t = ggml_get_type_traits_cpu(k->type);
+    return k->type == GGML_TYPE_F16 && t->vec_dot == (ggml_vec_dot_t) ggml_vec_dot_f16 && t->vec_dot_type == GGML_TYPE_F16;
+}
+
+// Whether ggml_turbo_fa_decode_chunk takes this FLASH_ATTN_EXT node (dst): K or V quantized, K and V with the
+// same head count dividing Q's, at most GGML_TURBO_FA_DEC_MAX_G Q heads per K/V head, its scratch
+// (G x (DK + DV) + DV floats, G x DK more for an F16 K) within GGML_TURBO_FA_DEC_SCRATCH, and
+// GGML_TURBO_FA_GROUPED not 0.
+static inline bool ggml_turbo_fa_decode_applies(const ggml_tensor * dst) {
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const ggml_tensor * v = dst->src[2];
+    const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
+    if (!ggml_turbo_fa_kv_quantized(k, v) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 ||
+        ggml_turbo_fa_grouped_mode() == GGML_TURBO_FA_GROUPED_OFF) {
+        return false;
+    }
+    const int64_t G = n_head / n_head_kv, DK = k->ne[0], DV = v->ne[0];
+    return G <= GGML_TURBO_FA_DEC_MAX_G &&
+           G*(DK + DV) + DV + (ggml_turbo_fa_k_f16_rows(k) ? G*DK : 0) <= GGML_TURBO_FA_DEC_SCRATCH;
+}
+
+// dst: the FLASH_ATTN_EXT node (q F32, neq3 == 1); query iq1; its Q heads [h0, h1); rows [ic_start, ic_end) of K/V.
+// partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]), for the split-KV
+// path to merge (one query); nullptr: [ic_start, ic_end) is every cell, and each head's output, VKQ/S, goes to its
+// row of dst as ggml's loop writes it.
+static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t iq1, int64_t h0, int64_t h1, int64_t ic_start,
+                                       int64_t ic_end, float * partials, int64_t partial_stride) {
     const ggml_tensor * q     = dst->src[0];
     const ggml_tensor * k     = dst->src[1];
     const ggml_tensor * v     = dst->src[2];
     const ggml_tensor * mask  = dst->src[3];
     const ggml_tensor * sinks = dst->src[4];
 
-    const int64_t DK = k->ne[0], DV = v->ne[0];
-    const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
-    const int mode = ggml_turbo_fa_grouped_mode();
-    if (!ggml_turbo_fa_kv_quantized(k, v) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 || mode == GGML_TURBO_FA_GROUPED_OFF) {
+    if (h0 >= h1 || !ggml_turbo_fa_decode_applies(dst)) {
         return false;
     }
-    const int64_t G = n_head / n_head_kv;  // Q heads per K/V head
+    const int64_t DK = k->ne[0], DV = v->ne[0];
+    const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
+    const int  mode  = ggml_turbo_fa_grouped_mode();
+    const bool exact = mode == GGML_TURBO_FA_GROUPED_EXACT;
+    const int64_t Gk = n_head / n_head_kv;  // Q heads per K/V head
     const ggml_type         k_vec_dot_type = ggml_get_type_traits_cpu(k->type)->vec_dot_type;
     const ggml_from_float_t q_to_vec_dot   = ggml_get_type_traits_cpu(k_vec_dot_type)->from_float;
     const ggml_vec_dot_t    kq_vec_dot     = ggml_get_type_traits_cpu(k->type)->vec_dot;
     const ggml_to_float_t   v_to_float     = ggml_get_type_traits(v->type)->to_float;
-    const bool k_f16 = k->type == GGML_TYPE_F16 && kq_vec_dot == (ggml_vec_dot_t) ggml_vec_dot_f16 &&
-                       k_vec_dot_type == GGML_TYPE_F16;  // F16 K: its rows loaded once for the G heads
-    if (G > GGML_TURBO_FA_DEC_MAX_G || G*(DK + DV) + DV + (k_f16 ? G*DK : 0) > GGML_TURBO_FA_DEC_SCRATCH) {
-        return false;
-    }
+    const bool k_f16 = ggml_turbo_fa_k_f16_rows(k);
 
     float scale = 1.0f, max_bias = 0.0f, logit_softcap = 0.0f;
     memcpy(&scale,         (const float *) dst->op_params + 0, sizeof(float));
@@ -294,23 +323,26 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         static std::atomic<bool> said{false};
         if (!said.exchange(true)) {
             fprintf(stderr, "ggml_turbo_fa_decode_chunk: one-query decode with %d Q heads per K/V head, K %s (%s), V %s, softmax %s\n",
-                    (int) G, ggml_type_name(k->type), k_multi ? "decoded once per row" : k_f16 ? "loaded once per row" : "vec_dot per head",
-                    ggml_type_name(v->type), mode == GGML_TURBO_FA_GROUPED_EXACT ? "per row (exact)" : "per block");
+                    (int) Gk, ggml_type_name(k->type), k_multi ? "decoded once per row" : k_f16 ? "loaded once per row" : "vec_dot per head",
+                    ggml_type_name(v->type), exact ? "per row (exact)" : "per block");
         }
     }
 
     alignas(64) float scratch[GGML_TURBO_FA_DEC_SCRATCH];
     float * Qb  = scratch;              // G rows of DK: Q of each head in k's vec_dot_type
-    float * VKQ = scratch + G*DK;       // G rows of DV: each head's accumulator (F16 ones for an F16 V)
-    float * V32 = VKQ + G*DV;           // one V row as floats
+    float * VKQ = scratch + Gk*DK;      // G rows of DV: each head's accumulator (F16 ones for an F16 V)
+    float * V32 = VKQ + Gk*DV;          // one V row as floats
     float * Qf  = V32 + DV;             // F16 K: the G rows of Qb as F32 (k_f16, read where GGML_TURBO_FA_F16_DOT_F32_Q)
     float M[GGML_TURBO_FA_DEC_MAX_G], S[GGML_TURBO_FA_DEC_MAX_G];  // per head: running max and sum
     float slope[GGML_TURBO_FA_DEC_MAX_G], s[GGML_TURBO_FA_DEC_MAX_G];
     const ggml_fp16_t * mp[GGML_TURBO_FA_DEC_MAX_G];               // per head: its mask row
 
-    for (int64_t ik2 = 0; ik2 < n_head_kv; ++ik2) {
+    // the K/V heads of [h0, h1), each with its Q heads hb .. hb + G - 1 of the range (G of them from here on)
+    for (int64_t ik2 = h0 / Gk; ik2*Gk < h1; ++ik2) {
+        const int64_t hb = std::max(h0, ik2*Gk);
+        const int64_t G  = std::min(h1, (ik2 + 1)*Gk) - hb;
         for (int64_t j = 0; j < G; ++j) {
-            const int64_t h = ik2*G + j;
+            const int64_t h = hb + j;
             slope[j] = (max_bias > 0.0f) ? h < n_head_log2 ? powf(m0, h + 1) : powf(m1, 2*(h - n_head_log2) + 1) : 1.0f;
             M[j] = -INFINITY;
             S[j] = 0.0f;
@@ -319,8 +351,8 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             } else {
                 memset(VKQ + j*DV, 0, DV*sizeof(float));
             }
-            mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + (h % mask->ne[2])*mask->nb[2]) : nullptr;
-            q_to_vec_dot((const float *) ((const char *) q->data + h*q->nb[2]), Qb + j*DK, DK);
+            mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + iq1*mask->nb[1] + (h % mask->ne[2])*mask->nb[2]) : nullptr;
+            q_to_vec_dot((const float *) ((const char *) q->data + iq1*q->nb[1] + h*q->nb[2]), Qb + j*DK, DK);
             if (k_f16 && GGML_TURBO_FA_F16_DOT_F32_Q) {  // F16 K: Q as F16 (its vec_dot_type), and those values as F32 where they are read
                 ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) (Qb + j*DK), Qf + j*DK, DK);
             }
@@ -366,7 +398,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             }
             return true;
         };
-        for (int64_t ic0 = ic_start; mode != GGML_TURBO_FA_GROUPED_EXACT && ic0 < ic_end; ic0 += GGML_TURBO_FA_DEC_BLOCK) {
+        for (int64_t ic0 = ic_start; !exact && ic0 < ic_end; ic0 += GGML_TURBO_FA_DEC_BLOCK) {
             constexpr int64_t NB = GGML_TURBO_FA_DEC_BLOCK;
             const int64_t nb = ic_end - ic0 < NB ? ic_end - ic0 : NB;
             alignas(64) float W[GGML_TURBO_FA_DEC_MAX_G][NB];  // scores, then weights, [head][row]
@@ -437,7 +469,7 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
             }
         }
 
-        for (int64_t ic = ic_start; mode == GGML_TURBO_FA_GROUPED_EXACT && ic < ic_end; ++ic) {
+        for (int64_t ic = ic_start; exact && ic < ic_end; ++ic) {
             float sr[GGML_TURBO_FA_DEC_MAX_G];
             if (!row_scores(ic, sr, 1)) {
                 continue;
@@ -489,9 +521,9 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
         }
 
         for (int64_t j = 0; j < G; ++j) {
-            const int64_t h = ik2*G + j;
-            float * out = partials + h*partial_stride;
-            float * acc = out + 2;
+            const int64_t h = hb + j;
+            float * out = partials ? partials + h*partial_stride : nullptr;
+            float * acc = out ? out + 2 : V32;  // no partials: V32 (free now) holds the accumulator
             if (v_f16) {
                 const ggml_fp16_t * acc16 = (const ggml_fp16_t *) (VKQ + j*DV);
                 for (int64_t d = 0; d < DV; ++d) {
@@ -512,9 +544,31 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t ic_start
                 }
                 S[j] = S[j]*ms + vs;
             }
-            out[0] = M[j];
-            out[1] = S[j];
+            if (out) {
+                out[0] = M[j];
+                out[1] = S[j];
+            } else {  // as ggml's loop ends a query: VKQ/S into dst's row of head h, query iq1 (permute(0, 2, 1, 3))
+                const float S_inv = S[j] == 0.0f ? 0.0f : 1.0f/S[j];
+                ggml_vec_scale_f32((int) DV, acc, S_inv);
+                memcpy((char *) dst->data + (h + iq1*dst->ne[1])*dst->nb[1], acc, dst->nb[1]);
+            }
         }
     }
     return true;
+}
+
+// Below the split (fewer than 512 cells, or several queries; no tile: fewer than ggml_fa_tile_config::Q queries) with a
+// quantized K or V (ggml_turbo_fa_decode_applies): thread ith of nth takes its share of the (query, Q head) pairs,
+// query by query, each query's heads of a K/V head together, every cell in ggml's order. A query's output is then
+// the same floats whether it came alone (a one-token decode) or in a batch (speculative decoding's verification
+// of its drafts, several sequences' tokens in one ubatch): the batch of ggml's loop and our one-query path would
+// otherwise sum in different orders (docs/CPU.md, session 27).
+static void ggml_turbo_fa_decode_rows(const ggml_tensor * dst, int ith, int nth) {
+    const int64_t n_head = dst->src[0]->ne[2], N = dst->src[0]->ne[1], n_kv = dst->src[1]->ne[1];
+    const int64_t u0 = N*n_head*ith/nth, u1 = N*n_head*(ith + 1)/nth;  // this thread's pairs, query-major
+    for (int64_t u = u0; u < u1; ) {
+        const int64_t iq1 = u / n_head, h0 = u % n_head, h1 = std::min(n_head, h0 + (u1 - u));
+        ggml_turbo_fa_decode_chunk(dst, iq1, h0, h1, 0, n_kv, nullptr, 0);
+        u += h1 - h0;
+    }
 }
