@@ -7,6 +7,10 @@
 // output floats differ in any bit from the same query decoded alone (a one-query call with its mask row).
 //
 //   fa_decode_check OUT TYPE_K TYPE_V D N_HEAD_KV G N_KV N_VALID [NQ]   (types as ggml_type numbers)
+//
+// For speed runs (docs/CPU.md, session 28): FA_CHECK_INTERLEAVE=1 gives query i only the cells c with c % NQ == i
+// (NQ sequences' tokens in one unified cache); FA_CHECK_REPS=N also prints "us_per_call X", the batched call's
+// mean over N more runs on two threads.
 #include "ggml.h"
 #include "ggml-cpu.h"
 
@@ -32,6 +36,9 @@ int main(int argc, char ** argv) {
     }
     const int H = hkv*G;
     auto visible = [&](int qi) { return nvalid - (NQ - 1 - qi); };
+    const bool interleave = getenv("FA_CHECK_INTERLEAVE") != nullptr && atoi(getenv("FA_CHECK_INTERLEAVE")) != 0;
+    const int  reps       = getenv("FA_CHECK_REPS") != nullptr ? atoi(getenv("FA_CHECK_REPS")) : 0;
+    auto seen = [&](int qi, int c) { return c < visible(qi) && (!interleave || c % NQ == qi); };
     const float scale = 1.0f/sqrtf((float) D);
     ggml_init_params ip = { (size_t) 64*D*nkv*hkv*8 + (size_t) 16*(D*H + nkv)*NQ + (64u << 20), nullptr, false };
     ggml_context * ctx = ggml_init(ip);
@@ -52,7 +59,7 @@ int main(int argc, char ** argv) {
     }
     for (int qi = 0; qi < NQ; ++qi) {
         for (int i = 0; i < nkv; ++i) {
-            ((ggml_fp16_t *) m->data)[qi*nkv + i] = ggml_fp32_to_fp16(i < visible(qi) ? 0.0f : -INFINITY);
+            ((ggml_fp16_t *) m->data)[qi*nkv + i] = ggml_fp32_to_fp16(seen(qi, i) ? 0.0f : -INFINITY);
         }
     }
     ggml_cgraph * g0 = ggml_new_graph(ctx);
@@ -63,6 +70,13 @@ int main(int argc, char ** argv) {
     ggml_cgraph * g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, fa);
     ggml_graph_compute_with_ctx(ctx, g, 2);  // two threads (one query from 512 cells: two KV chunks, their partials merged)
+    if (reps > 0) {
+        const int64_t t0 = ggml_time_us();
+        for (int i = 0; i < reps; ++i) {
+            ggml_graph_compute_with_ctx(ctx, g, 2);
+        }
+        printf("us_per_call %.2f\n", (double) (ggml_time_us() - t0) / reps);
+    }
     if (NQ > 1) {  // each query alone: the same K/V, its Q rows and its mask row
         long differ = 0;
         for (int qi = 0; qi < NQ; ++qi) {
@@ -117,6 +131,10 @@ int main(int argc, char ** argv) {
         std::vector<double> s(nvis), o(D, 0.0);
         double mx = -INFINITY, S = 0.0;
         for (int c = 0; c < nvis; ++c) {
+            if (!seen(qi, c)) {
+                s[c] = -INFINITY;
+                continue;
+            }
             double d = 0.0;
             for (int i = 0; i < D; ++i) {
                 d += (double) ((const float *) q->data)[((size_t) h*NQ + qi)*D + i]*kd[((size_t) kh*nkv + c)*D + i];
@@ -125,7 +143,7 @@ int main(int argc, char ** argv) {
             mx = std::max(mx, s[c]);
         }
         for (int c = 0; c < nvis; ++c) {
-            const double w = exp(s[c] - mx);
+            const double w = exp(s[c] - mx);  // 0 for a cell the query does not see
             S += w;
             for (int i = 0; i < D; ++i) {
                 o[i] += w*vd[((size_t) kh*nkv + c)*D + i];
