@@ -4,7 +4,7 @@
 # interleaved rounds per process; one JSON line per round and case into ab-dDEPTH-A.jsonl / ab-dDEPTH-B.jsonl.
 #   LIBA=/tmp/libA N=4 bash results/cpu-fa/s27/ab_d0.sh; python3 results/cpu-fa/s23/medians_report.py ab-d0-A.jsonl
 cd "$(dirname "$0")/../../.."
-O=results/cpu-fa/s27
+O=${O:-results/cpu-fa/s27}  # O=results/cpu-fa/s28: session 28's runs
 for i in $(seq 1 ${N:-4}); do
   for m in ${MODELS:-smollm2-135m qwen2.5-coder-0.5b}; do
     kc=; [ "${m#qwen}" != "$m" ] && kc=:full
