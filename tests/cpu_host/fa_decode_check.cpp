@@ -10,7 +10,8 @@
 //
 // For speed runs (docs/CPU.md, session 28): FA_CHECK_INTERLEAVE=1 gives query i only the cells c with c % NQ == i
 // (NQ sequences' tokens in one unified cache); FA_CHECK_REPS=N also prints "us_per_call X", the batched call's
-// mean over N more runs on two threads.
+// mean over N more runs on two threads. FA_CHECK_SINKS=1 adds an attention sink per head (a logit with no value,
+// gpt-oss style: ggml_flash_attn_ext_add_sinks), Gaussian, in the reference too.
 #include "ggml.h"
 #include "ggml-cpu.h"
 
@@ -39,6 +40,7 @@ int main(int argc, char ** argv) {
     const bool interleave = getenv("FA_CHECK_INTERLEAVE") != nullptr && atoi(getenv("FA_CHECK_INTERLEAVE")) != 0;
     const int  reps       = getenv("FA_CHECK_REPS") != nullptr ? atoi(getenv("FA_CHECK_REPS")) : 0;
     auto seen = [&](int qi, int c) { return c < visible(qi) && (!interleave || c % NQ == qi); };
+    const bool with_sinks = getenv("FA_CHECK_SINKS") != nullptr && atoi(getenv("FA_CHECK_SINKS")) != 0;
     const float scale = 1.0f/sqrtf((float) D);
     ggml_init_params ip = { (size_t) 64*D*nkv*hkv*8 + (size_t) 16*(D*H + nkv)*NQ + (64u << 20), nullptr, false };
     ggml_context * ctx = ggml_init(ip);
@@ -48,8 +50,12 @@ int main(int argc, char ** argv) {
     ggml_tensor * k  = ggml_new_tensor_4d(ctx, tk, D, nkv, hkv, 1);
     ggml_tensor * v  = ggml_new_tensor_4d(ctx, tv, D, nkv, hkv, 1);
     ggml_tensor * m  = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, nkv, NQ, 1, 1);
+    ggml_tensor * sinks = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, H);
     std::mt19937 rng(20);
     std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int h = 0; h < H; ++h) {
+        ((float *) sinks->data)[h] = 2.0f*nd(rng);
+    }
     for (int i = 0; i < D*H*NQ; ++i) {
         ((float *) q->data)[i] = 2.0f*nd(rng);  // sharper than N(0, 1): a softmax that is not flat
     }
@@ -67,6 +73,9 @@ int main(int argc, char ** argv) {
     ggml_build_forward_expand(g0, ggml_cpy(ctx, vf, v));
     ggml_graph_compute_with_ctx(ctx, g0, 2);
     ggml_tensor * fa = ggml_flash_attn_ext(ctx, q, k, v, m, scale, 0.0f, 0.0f);
+    if (with_sinks) {
+        ggml_flash_attn_ext_add_sinks(fa, sinks);
+    }
     ggml_cgraph * g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, fa);
     ggml_graph_compute_with_ctx(ctx, g, 2);  // two threads (one query from 512 cells: two KV chunks, their partials merged)
@@ -87,6 +96,9 @@ int main(int argc, char ** argv) {
             }
             memcpy(m1->data, (const ggml_fp16_t *) m->data + (size_t) qi*nkv, nkv*sizeof(ggml_fp16_t));
             ggml_tensor * fa1 = ggml_flash_attn_ext(ctx, q1, k, v, m1, scale, 0.0f, 0.0f);
+            if (with_sinks) {
+                ggml_flash_attn_ext_add_sinks(fa1, sinks);
+            }
             ggml_cgraph * g1 = ggml_new_graph(ctx);
             ggml_build_forward_expand(g1, fa1);
             ggml_graph_compute_with_ctx(ctx, g1, 2);
@@ -141,6 +153,11 @@ int main(int argc, char ** argv) {
             }
             s[c] = d*scale;
             mx = std::max(mx, s[c]);
+        }
+        if (with_sinks) {  // the sink joins the softmax's sum, with no value
+            const double sk = ((const float *) sinks->data)[h];
+            mx = std::max(mx, sk);
+            S += exp(sk - mx);
         }
         for (int c = 0; c < nvis; ++c) {
             const double w = exp(s[c] - mx);  // 0 for a cell the query does not see
