@@ -68,11 +68,11 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 }
 
 // ---------------------------------------------------------------------------------------------
-// One-query decode with a quantized K or V: the Q heads that share a K/V head take each K and V row
-// together. Two places in ops.cpp call it: the split-KV path (n_kv >= 512, the cells split over the
-// threads, each chunk's partials merged by ggml) and, below 512 cells, each thread's share of the Q heads
-// over every cell, written to dst as ggml's per-query loop writes them (no split: that would sum a
-// one-token decode in another order than a batch of queries does; see ggml_turbo_fa_kv_quantized).
+// Decode with a quantized K or V, query by query: the Q heads that share a K/V head take each K and V row
+// together. Two places in ops.cpp call it: the split-KV path (one query, n_kv >= 512, the cells split over the
+// threads, each chunk's partials merged by ggml) and ggml_turbo_fa_decode_rows (one query below 512 cells, or
+// a batch of fewer than 64: each thread's share of the (query, Q head) pairs over every cell, written to dst as
+// ggml's per-query loop writes them; no split, so that a query alone and in a batch sum in the same order).
 //
 // Why: ggml's loop (ggml_compute_forward_flash_attn_ext_f16_one_chunk) runs the chunk once per
 // Q head, so with GQA every K row is decoded and dotted once per Q head (vec_dot) and every V
@@ -87,8 +87,7 @@ static inline void ggml_turbo_fa_pack_v_row(enum ggml_type type, const void * v_
 //     digits differ from ggml's loop within float rounding (tests/test_cpu_decode.py bounds it);
 //   exact: each head's online softmax step exactly as ggml's loop (expf per row, the accumulator
 //     rescaled at every new maximum): the same floats in the same order, so the partials (M, S, VKQ
-//     per head and chunk) are bit for bit those of the loop it replaces. Below 512 cells the softmax is
-//     always this one.
+//     per head and chunk) are bit for bit those of the loop it replaces.
 //
 // Returns false, having written nothing, where it does not apply (ggml_turbo_fa_decode_applies): K and
 // V both F16/F32 (ggml's own loop, unchanged), K and V with different head counts, more than
