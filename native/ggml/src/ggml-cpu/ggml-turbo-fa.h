@@ -259,16 +259,16 @@ static inline bool ggml_turbo_fa_k_f16_rows(const ggml_tensor * k) {
 }
 
 // Whether ggml_turbo_fa_decode_chunk takes this FLASH_ATTN_EXT node (dst): K or V quantized, K and V with the
-// same head count dividing Q's, at most GGML_TURBO_FA_DEC_MAX_G Q heads per K/V head, its scratch
-// (G x (DK + DV) + DV floats, G x DK more for an F16 K) within GGML_TURBO_FA_DEC_SCRATCH, and
-// GGML_TURBO_FA_GROUPED not 0.
+// same head count dividing Q's and the same stream count (ne[3]) dividing Q's, at most GGML_TURBO_FA_DEC_MAX_G Q
+// heads per K/V head, its scratch (G x (DK + DV) + DV floats, G x DK more for an F16 K) within
+// GGML_TURBO_FA_DEC_SCRATCH, and GGML_TURBO_FA_GROUPED not 0.
 static inline bool ggml_turbo_fa_decode_applies(const ggml_tensor * dst) {
     const ggml_tensor * q = dst->src[0];
     const ggml_tensor * k = dst->src[1];
     const ggml_tensor * v = dst->src[2];
     const int64_t n_head = q->ne[2], n_head_kv = k->ne[2];
     if (!ggml_turbo_fa_kv_quantized(k, v) || v->ne[2] != n_head_kv || n_head % n_head_kv != 0 ||
-        ggml_turbo_fa_grouped_mode() == GGML_TURBO_FA_GROUPED_OFF) {
+        v->ne[3] != k->ne[3] || q->ne[3] % k->ne[3] != 0 || ggml_turbo_fa_grouped_mode() == GGML_TURBO_FA_GROUPED_OFF) {
         return false;
     }
     const int64_t G = n_head / n_head_kv, DK = k->ne[0], DV = v->ne[0];
@@ -276,12 +276,14 @@ static inline bool ggml_turbo_fa_decode_applies(const ggml_tensor * dst) {
            G*(DK + DV) + DV + (ggml_turbo_fa_k_f16_rows(k) ? G*DK : 0) <= GGML_TURBO_FA_DEC_SCRATCH;
 }
 
-// dst: the FLASH_ATTN_EXT node (q F32, neq3 == 1); query iq1; its Q heads [h0, h1); rows [ic_start, ic_end) of K/V.
+// dst: the FLASH_ATTN_EXT node (q F32); query iq1 of stream iq3 (q's dims 1 and 3: a multi-stream cache keeps each
+// sequence's cells apart, ggml's broadcast iq3 / (neq3 / nek3) picks its K/V); its Q heads [h0, h1); rows
+// [ic_start, ic_end) of K/V.
 // partials: this chunk's slot of head 0, head h at partials + h*partial_stride ([M, S, VKQ[DV]]), for the split-KV
 // path to merge (one query); nullptr: [ic_start, ic_end) is every cell, and each head's output, VKQ/S, goes to its
 // row of dst as ggml's loop writes it.
-static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t iq1, int64_t h0, int64_t h1, int64_t ic_start,
-                                       int64_t ic_end, float * partials, int64_t partial_stride) {
+static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t iq1, int64_t iq3, int64_t h0, int64_t h1,
+                                       int64_t ic_start, int64_t ic_end, float * partials, int64_t partial_stride) {
     const ggml_tensor * q     = dst->src[0];
     const ggml_tensor * k     = dst->src[1];
     const ggml_tensor * v     = dst->src[2];
@@ -350,14 +352,16 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t iq1, int
             } else {
                 memset(VKQ + j*DV, 0, DV*sizeof(float));
             }
-            mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + iq1*mask->nb[1] + (h % mask->ne[2])*mask->nb[2]) : nullptr;
-            q_to_vec_dot((const float *) ((const char *) q->data + iq1*q->nb[1] + h*q->nb[2]), Qb + j*DK, DK);
+            mp[j] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + iq1*mask->nb[1] + (h % mask->ne[2])*mask->nb[2] +
+                                                  (iq3 % mask->ne[3])*mask->nb[3]) : nullptr;
+            q_to_vec_dot((const float *) ((const char *) q->data + iq1*q->nb[1] + h*q->nb[2] + iq3*q->nb[3]), Qb + j*DK, DK);
             if (k_f16 && GGML_TURBO_FA_F16_DOT_F32_Q) {  // F16 K: Q as F16 (its vec_dot_type), and those values as F32 where they are read
                 ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) (Qb + j*DK), Qf + j*DK, DK);
             }
         }
-        const char * k_head = (const char *) k->data + ik2*k->nb[2];
-        const char * v_head = (const char *) v->data + ik2*v->nb[2];
+        const int64_t ik3 = iq3 / (q->ne[3] / k->ne[3]);
+        const char * k_head = (const char *) k->data + ik2*k->nb[2] + ik3*k->nb[3];
+        const char * v_head = (const char *) v->data + ik2*v->nb[2] + ik3*v->nb[3];
 
         // the scores of row ic for the G heads, scaled, capped and masked as ggml's loop computes them
         // (-inf for a head the mask hides), head j at out[j*stride]; false, with no dot product taken,
@@ -549,25 +553,27 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t iq1, int
             } else {  // as ggml's loop ends a query: VKQ/S into dst's row of head h, query iq1 (permute(0, 2, 1, 3))
                 const float S_inv = S[j] == 0.0f ? 0.0f : 1.0f/S[j];
                 ggml_vec_scale_f32((int) DV, acc, S_inv);
-                memcpy((char *) dst->data + (h + iq1*dst->ne[1])*dst->nb[1], acc, dst->nb[1]);
+                memcpy((char *) dst->data + (iq3*dst->ne[2]*dst->ne[1] + h + iq1*dst->ne[1])*dst->nb[1], acc, dst->nb[1]);
             }
         }
     }
     return true;
 }
 
-// Below the split (fewer than 512 cells, or several queries; no tile: fewer than ggml_fa_tile_config::Q queries) with a
-// quantized K or V (ggml_turbo_fa_decode_applies): thread ith of nth takes its share of the (query, Q head) pairs,
-// query by query, each query's heads of a K/V head together, every cell in ggml's order. A query's output is then
+// Below the split (fewer than 512 cells, or several queries; no tile: fewer than ggml_fa_tile_config::Q queries per
+// stream) with a quantized K or V (ggml_turbo_fa_decode_applies): thread ith of nth takes its share of the (query,
+// Q head) pairs over all streams, query by query, each query's heads of a K/V head together, every cell in ggml's order. A query's output is then
 // the same floats whether it came alone (a one-token decode) or in a batch (speculative decoding's verification
-// of its drafts, several sequences' tokens in one ubatch): the batch of ggml's loop and our one-query path would
-// otherwise sum in different orders (docs/CPU.md, session 27).
+// of its drafts, several sequences' tokens in one ubatch, in one stream or one stream each): the batch of ggml's loop
+// and our one-query path would otherwise sum in different orders, and a turbo cache turns the last bit of a K or V
+// into another code (docs/CPU.md, sessions 27 and 28).
 static void ggml_turbo_fa_decode_rows(const ggml_tensor * dst, int ith, int nth) {
-    const int64_t n_head = dst->src[0]->ne[2], N = dst->src[0]->ne[1], n_kv = dst->src[1]->ne[1];
-    const int64_t u0 = N*n_head*ith/nth, u1 = N*n_head*(ith + 1)/nth;  // this thread's pairs, query-major
+    const ggml_tensor * q = dst->src[0];
+    const int64_t n_head = q->ne[2], N = q->ne[1], n_q = N*q->ne[3], n_kv = dst->src[1]->ne[1];
+    const int64_t u0 = n_q*n_head*ith/nth, u1 = n_q*n_head*(ith + 1)/nth;  // this thread's pairs, query-major
     for (int64_t u = u0; u < u1; ) {
-        const int64_t iq1 = u / n_head, h0 = u % n_head, h1 = std::min(n_head, h0 + (u1 - u));
-        ggml_turbo_fa_decode_chunk(dst, iq1, h0, h1, 0, n_kv, nullptr, 0);
+        const int64_t iq = u / n_head, h0 = u % n_head, h1 = std::min(n_head, h0 + (u1 - u));
+        ggml_turbo_fa_decode_chunk(dst, iq % N, iq / N, h0, h1, 0, n_kv, nullptr, 0);
         u += h1 - h0;
     }
 }
