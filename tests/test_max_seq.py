@@ -73,8 +73,10 @@ def _decode_last_logits(ctx, n_vocab: int, prompts: list[list[int]], seqs: list[
 
 def test_512_sequences_decode_as_if_alone(smol):
     """512 sequences of 4 random tokens, one KV stream each, turbo4 K/V, one batch of 2048 tokens:
-    the last-token logits of sequences 0, 255, 256, 300 and 511 equal (to 1e-3 of the logits'
-    spread, same argmax) those of the same prompt decoded alone in a one-sequence context."""
+    the last-token logits of sequences 0, 255, 256, 300 and 511 are bit for bit those of the same
+    prompt decoded alone in a one-sequence context. Any difference in attention's rounding between
+    the two (ggml's per-query loop for the streams against the grouped decode alone gave 0.70 of a
+    31.5 spread for sequence 511: the turbo cache turns a last bit into another code) shows."""
     import llama_cpp
 
     from tqgguf.runtime import open_context, open_model
@@ -100,7 +102,8 @@ def test_512_sequences_decode_as_if_alone(smol):
                 one.close()
             spread = float(ref.max() - ref.min())
             diff = float(np.abs(got[s] - ref).max())
-            assert diff < 1e-3 * spread, f"sequence {s}: max |logit difference| {diff:.4g} (spread {spread:.4g})"
+            assert np.array_equal(got[s].view(np.uint32), ref.view(np.uint32)), \
+                f"sequence {s}: max |logit difference| {diff:.4g} (spread {spread:.4g})"
             assert int(got[s].argmax()) == int(ref.argmax()), f"sequence {s}: another next token"
         # and the sequences are not all the same (the comparison above could not tell them apart)
         assert float(np.abs(got[256] - got[0]).max()) > 0.1
