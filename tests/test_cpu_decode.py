@@ -157,6 +157,20 @@ def _cpu_host_exe(out_dir: Path, name: str, flags=(), includes=(), libs=()) -> P
     return exe
 
 
+def _fa_check(exe: Path, out_dir: Path, mode: str, tk: str, tv: str, *shape: int, **env: str):
+    """One run of tests/cpu_host/fa_decode_check.cpp (exe) with GGML_TURBO_FA_GROUPED=mode and ENV: K/V types by
+    name, SHAPE its numeric arguments (head dim, K/V heads, G, cells, visible cells[, queries]). Returns the output
+    floats (float32, [D, heads, queries]) and the finished process (stdout: ["alone_differ N"] "NMSE X")."""
+    from tqgguf.cachetypes import ggml_type_id
+
+    f = out_dir / f"out-{mode}.bin"
+    r = subprocess.run([str(exe), str(f), str(ggml_type_id(tk)), str(ggml_type_id(tv)), *map(str, shape)],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, GGML_TURBO_FA_GROUPED=mode, **env))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return np.fromfile(f, dtype=np.float32), r
+
+
 @pytest.fixture(scope="module")
 def fa_decode_check(tmp_path_factory) -> Path:
     """tests/cpu_host/fa_decode_check.cpp, built once for the cases below."""
@@ -186,17 +200,10 @@ def test_block_softmax_decode_is_the_loop_within_rounding(fa_decode_check, tmp_p
     within float rounding (relative 1e-5 of the output's largest value with F32 accumulators, 3e-3 with
     the F16 accumulators of an F16 V) and is as close as it to attention in double precision (NMSE).
     A block that skipped its rescale, a row, or a head would be off by far more."""
-    from tqgguf.cachetypes import ggml_type_id
-
-    exe = fa_decode_check
     out, nmse = {}, {}
     for mode in ("0", "exact", "1", "log"):
-        f = tmp_path / f"out-{mode}.bin"
-        r = subprocess.run([str(exe), str(f), str(ggml_type_id(tk)), str(ggml_type_id(tv)), str(d), str(hkv), str(g),
-                            str(nkv), str(nvalid)], capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, GGML_TURBO_FA_GROUPED=mode))
-        assert r.returncode == 0, r.stderr[-3000:]
-        out[mode], nmse[mode] = np.fromfile(f, dtype=np.float32), float(r.stdout.split()[-1])
+        out[mode], r = _fa_check(fa_decode_check, tmp_path, mode, tk, tv, d, hkv, g, nkv, nvalid)
+        nmse[mode] = float(r.stdout.split()[-1])
         if mode == "log":
             assert "softmax per block" in r.stderr, r.stderr[-2000:]
     loop, exact, block = out["0"], out["exact"], out["1"]
@@ -229,18 +236,13 @@ def test_a_query_decodes_to_the_same_floats_alone_and_in_a_batch(fa_decode_check
     bit ggml's loop for the whole batch; the block softmax within rounding of it, and as close as it to attention
     in double precision (NMSE; with sinks, the sink in the sum). A query given another's mask row, Q row or output
     row, a head left out, or a sink ignored, differs in many floats or in its NMSE."""
-    from tqgguf.cachetypes import ggml_type_id
-
     out, nmse = {}, {}
     for mode in ("0", "exact", "1"):
-        f = tmp_path / f"out-{mode}.bin"
-        r = subprocess.run([str(fa_decode_check), str(f), str(ggml_type_id(tk)), str(ggml_type_id(tv)), str(d),
-                            str(hkv), str(g), str(nkv), str(nvalid), str(nq)], capture_output=True, text=True,
-                           timeout=300, env=dict(os.environ, GGML_TURBO_FA_GROUPED=mode, FA_CHECK_SINKS=str(sinks)))
-        assert r.returncode == 0, r.stderr[-3000:]
+        out[mode], r = _fa_check(fa_decode_check, tmp_path, mode, tk, tv, d, hkv, g, nkv, nvalid, nq,
+                                 FA_CHECK_SINKS=str(sinks))
         words = r.stdout.split()
         assert words[0] == "alone_differ" and int(words[1]) == 0, f"mode {mode}: {r.stdout}"
-        out[mode], nmse[mode] = np.fromfile(f, dtype=np.float32), float(words[-1])
+        nmse[mode] = float(words[-1])
     loop, exact, block = out["0"], out["exact"], out["1"]
     assert loop.shape == (d*hkv*g*nq,) and np.isfinite(block).all()
     assert np.array_equal(exact.view(np.uint32), loop.view(np.uint32))

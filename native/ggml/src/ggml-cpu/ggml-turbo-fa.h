@@ -562,11 +562,11 @@ static bool ggml_turbo_fa_decode_chunk(const ggml_tensor * dst, int64_t iq1, int
 
 // Below the split (fewer than 512 cells, or several queries; no tile: fewer than ggml_fa_tile_config::Q queries per
 // stream) with a quantized K or V (ggml_turbo_fa_decode_applies): thread ith of nth takes its share of the (query,
-// Q head) pairs over all streams, query by query, each query's heads of a K/V head together, every cell in ggml's order. A query's output is then
-// the same floats whether it came alone (a one-token decode) or in a batch (speculative decoding's verification
-// of its drafts, several sequences' tokens in one ubatch, in one stream or one stream each): the batch of ggml's loop
-// and our one-query path would otherwise sum in different orders, and a turbo cache turns the last bit of a K or V
-// into another code (docs/CPU.md, sessions 27 and 28).
+// Q head) pairs over all streams, query by query, each query's heads of a K/V head together, every cell in ggml's
+// order. A query's output is then the same floats whether it came alone (a one-token decode) or in a batch
+// (speculative decoding's verification of its drafts, several sequences' tokens in one ubatch, in one stream or one
+// stream each): the batch of ggml's loop and our one-query path would otherwise sum in different orders, and a turbo
+// cache can turn that last-bit difference into another code a layer later (docs/CPU.md, sessions 27 and 28).
 static void ggml_turbo_fa_decode_rows(const ggml_tensor * dst, int ith, int nth) {
     const ggml_tensor * q = dst->src[0];
     const int64_t n_head = q->ne[2], N = q->ne[1], n_q = N*q->ne[3], n_kv = dst->src[1]->ne[1];
