@@ -59,7 +59,8 @@ ncu_d0_token() {
   done
   ls $OUT/ncu-step0-*.txt > /dev/null 2>&1 && python3 scripts/gpu/ncu_step_summary.py $OUT/ncu-step0-*.txt | tee $OUT/ncu-step0-summary.txt | head -70
 }
-# tg64 of the 8B shape in interleaved rounds, a run being K/V and optional VAR=VALUE settings:
+# tg64 of the 8B shape (or of the model file M) in interleaved rounds, a run being K/V and optional VAR=VALUE
+# settings, with ppPP at each depth too when PP is set (default 0: tg alone):
 # tg_env_rounds FILE ROUNDS DEPTHS REPS MIN_LEFT "K/V:[VAR=VALUE] ..." (llama-bench -r REPS per run, each labelled
 # "rR == K/V[ VAR=VALUE]" for scripts/gpu/tg_rounds.py; stops when fewer than MIN_LEFT seconds are left)
 tg_env_rounds() {
@@ -68,7 +69,7 @@ tg_env_rounds() {
     for run in $runs; do kv=${run%%:*} e=${run#*:}
       [ $(left) -lt $min_left ] && { echo "stopping rounds: $(left) s left"; break 2; }
       echo "r$r == $kv${e:+ $e}"
-      env $e $B/llama-bench -m /tmp/m8b.gguf -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p 0 -n 64 -d $depths -r $reps -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
+      env $e $B/llama-bench -m ${M:-/tmp/m8b.gguf} -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p ${PP:-0} -n 64 -d $depths -r $reps -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
     done
   done | tee $OUT/$file
   python3 scripts/gpu/tg_rounds.py $OUT/$file 2>&1 | tail -10
