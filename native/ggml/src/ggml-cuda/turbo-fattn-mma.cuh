@@ -310,8 +310,14 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // K.Q's int32 C then holds sum (q + 64) Qi = sum q Qi + 64 sum Qi, so C starts at -64 sum Qi of the
 // block's 64 dims and head (Q's int8 sum, from its quantization); V's bias goes with the HSUB2 (1088
 // instead of 1152).
+// k_first (with next_k; variant 14): the first tile's K words and mask values are loaded right after the
+// grid dependency wait, before Q is read and quantized, and whatever KV_max says (a tile below ne11 exists:
+// when it lies beyond KV_max the loop does not run and the words go unused), so that Q's load, KV_max's and
+// K's are in flight together instead of K's waiting for Q's quantization and its barrier: a call over a short
+// cache (a decode at depth 0: one tile per block) waits on memory once before its math instead of twice. The
+// same loads and operations, so the same floats.
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false, bool aw = false, int s7 = 0>
+          bool v_i8 = false, bool aw = false, int s7 = 0, bool k_first = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -351,6 +357,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
+    static_assert(!k_first || next_k, "the first tile's K words early (k_first): the next-tile K registers (next_k)");
     constexpr bool s7K = s7 & 1;
     constexpr bool s7V = s7 & 2;
     constexpr int qmax_K = s7K ? 63 : 127;  // the integer centroids' range (ggml_cuda_turbo_i8_step)
@@ -394,6 +401,23 @@ static __global__ void flash_attn_ext_turbo_mma(
     float (*sh_acc)[G][D] = (float (*)[G][D]) sh_buf;
 
     ggml_cuda_pdl_sync();
+    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
+    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
+    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
+    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
+    const int nb11_8 = 8*nb11;
+    const int nb21_8 = 8*nb21;
+    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
+    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g;
+    // k_first: the first tile's now, before Q's load
+    uint32_t Kn[2][2][KNW];
+    uint16_t Mn[2][2];
+    if constexpr (next_k) {
+        static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
+        if (k_first && blockIdx.y*T < ne11) {  // (not k_VKQ_max: the loads need not wait for its value; rows below ne11 exist)
+            ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
+        }
+    }
     // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 4l..4l+3
     for (int h = warp; h < 8; h += nwarps) {
         float x[4];
@@ -484,13 +508,6 @@ static __global__ void flash_attn_ext_turbo_mma(
     const uint32_t sel_v_aw = ggml_cuda_turbo_fa_mma_aw_sel(g == 7);
     GGML_UNUSED_VARS(sel_k_aw, sel_v_aw);
 
-    // the rows of this lane: K rows kw + 16 mt + 8 rr + g, V rows kw + 16 mt + 8 rp + 2t + r
-    // (kw = k0 + 32 warp), as a base per lane plus offsets that do not change in the KV loop
-    const char * K_lane = K + (int64_t) (warp*32 + g)*nb11;
-    const char * V_lane = V + (int64_t) (warp*32 + 2*t)*nb21;
-    const int nb11_8 = 8*nb11;
-    const int nb21_8 = 8*nb21;
-
     float O[NM][4];  // O^T: dims (sigma(i, g), sigma(i, g) + 1) x heads (2t, 2t+1)
 #pragma unroll
     for (int i = 0; i < NM; ++i) {
@@ -502,7 +519,6 @@ static __global__ void flash_attn_ext_turbo_mma(
     float KQ_max[2] = { -FLT_MAX/2.0f, -FLT_MAX/2.0f };
     float KQ_sum[2] = { 0.0f, 0.0f };
 
-    const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
     char * const stage_warp = sh_buf + warp*64*SL;  // tile buffer b of this warp: + b*nwarps*64*SL
     int buf = 0;
     if constexpr (stage) {
@@ -513,12 +529,8 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
         ggml_cuda_turbo_fa_dec_cp_commit();
     }
-    // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g
-    uint32_t Kn[2][2][KNW];
-    uint16_t Mn[2][2];
-    if constexpr (next_k) {
-        static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
-        if (blockIdx.y*T < k_VKQ_max) {
+    if constexpr (next_k) {  // (k_first: loaded above)
+        if (!k_first && blockIdx.y*T < k_VKQ_max) {
             ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
         }
     }
