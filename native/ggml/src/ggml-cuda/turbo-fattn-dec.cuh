@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 12  // the tensor-core kernel, next tile's K loaded ahead, aligned words, K and V as 7-bit codes in sign-mode lookups (session 23's H200 run; other turbo pairs at hd 128 run variant 6, other head dims 1)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 14  // the tensor-core kernel, next tile's K loaded ahead (the first tile's before Q), aligned words, K and V as 7-bit codes in sign-mode lookups (sessions 23 and 29; other turbo pairs at hd 128 run variant 6, other head dims 1)
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -97,11 +97,12 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      turbo-fattn-mma.cuh: 3 ALU instructions per 4 values instead of 6; the codes' step is the
 //      generated GGML_TURBO4_CODE7_STEP); turbo4 K and V (other pairs run 6). Measured (session 23,
 //      FA alone, three interleaved rounds, against 11): KV 32768 22.34 -> 19.93 us, 131072 72.70 ->
-//      64.09; 8B shape serving 240 x (4096 + 128) S_TG 3412.5 -> 3616.8 t/s. The default.
+//      64.09; 8B shape serving 240 x (4096 + 128) S_TG 3412.5 -> 3616.8 t/s. The default until session 29.
 //  13: 12 for K only (V as in 11): KV 32768 21.62 us.
-//  14: 12 with the first tile's K words loaded before Q is read (k_first in turbo-fattn-mma.cuh): a
-//      short cache's call waits on memory once before its math, not twice (session 29; at 256 cells,
-//      a decode at depth 0, variant 12 took 6.3-6.6 us on an H100 against f16's 4.65).
+//  14: 12 with the first tile's K words loaded before Q is read (k_first in turbo-fattn-mma.cuh), the
+//      same floats. Measured (session 29, an H100, FA alone, three interleaved rounds, against 12): 256
+//      cells 5.95-6.04 -> 5.86-5.91 us, 1024 6.50 -> 6.40-6.42, 2048 7.97 -> 7.91, 32768 19.74 -> 19.71;
+//      8B shape tg64 @ d0 302.8 -> 303.1 t/s (f16 329.8). The default.
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 14;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers

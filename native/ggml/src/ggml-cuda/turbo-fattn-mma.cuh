@@ -1,5 +1,5 @@
 // tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
-// sequence: variants 4..13 of GGML_CUDA_TURBO_FA_DEC, 12 the default (turbo-fattn-dec.cuh includes
+// sequence: variants 4..14 of GGML_CUDA_TURBO_FA_DEC, 14 the default (turbo-fattn-dec.cuh includes
 // this file and dispatches to it; shapes it does not cover take variant 1).
 //
 // Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
