@@ -30,6 +30,23 @@ fa_rounds() {
     echo "r$r DEC=$dec: $(sed 's/\x1b\[[0-9;]*m//g' $o | grep -E 'us/run' | sed -E 's/.*kv=([0-9]+).*type_K=([a-z0-9_]+),type_V=([a-z0-9_]+),(.*permute=\[([0-9,]+)\])?.* ([0-9.]+) us\/run.*/\1 \2\/\3 \5 \6;/' | tr '\n' ' ')"
   done; done | tee $OUT/$name-summary.txt
 }
+# test-backend-ops patterns of the one-query FA call (hd 128 / 8 K/V heads / GQA 4, contiguous) at the cache lengths
+# KVS (e.g. "256|512"): fa_dec_patterns KVS sets P (turbo4/turbo4) and F (f16/f16 and turbo4/turbo4), for fa_rounds
+fa_dec_patterns() {
+  P="hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=($1),nb=1,.*type_K=turbo4,type_V=turbo4,.*permute=\[0,1,2,3\]"
+  F="hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=($1),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),.*permute=\[0,1,2,3\]"
+}
+# a decode kernel A/B at short caches: the one-query FA call in three interleaved rounds of the GGML_CUDA_TURBO_FA_DEC
+# values DECS at the lengths KVS (f16 in the first round; NAME-summary.txt), then tg64 @ d0 of the 8B shape in three
+# interleaved rounds (-r 2) of RUNS into FILE (stopping when fewer than MIN_LEFT seconds are left):
+# short_cache_ab NAME KVS "DECS" FILE MIN_LEFT "RUNS"
+short_cache_ab() {
+  fa_dec_patterns "$2"
+  fa_rounds "$1" 3 "$3" "$P" "$F"
+  echo "FA rounds done at $(( $(date +%s) - T0 )) s"
+  tg_env_rounds "$4" 3 0 2 "$5" "$6"
+  echo "d0 rounds done at $(( $(date +%s) - T0 )) s"
+}
 # tg64 of the 8B shape in interleaved rounds: tg_rounds FILE ROUNDS DEPTHS "K/V:DEC ..." (DEC - : the type's default);
 # llama-bench -r 1 per run, every run labelled "rR == K/V[ DEC=D]" for scripts/gpu/tg_rounds.py
 tg_rounds() {

@@ -6,10 +6,5 @@
 # the 8B shape in interleaved rounds (-r 2) of f16, turbo4 and turbo4 with DEC 1 and 0. CALL_LIMIT=N plans for N s.
 . scripts/gpu/calls/common.sh; call_start 1
 cold_start
-P='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(256|512|1024|2048),nb=1,.*type_K=turbo4,type_V=turbo4,.*permute=\[0,1,2,3\]'
-F='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(256|512|1024|2048),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),.*permute=\[0,1,2,3\]'
-fa_rounds fa-short 3 "12 1 0" "$P" "$F"
-echo "FA rounds done at $(( $(date +%s) - T0 )) s"
-RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=0"
-tg_env_rounds bench-m8b-d0-dec.txt 3 0 2 25 "$RUNS"
-echo "done at $(( $(date +%s) - T0 )) s"
+short_cache_ab fa-short "256|512|1024|2048" "12 1 0" bench-m8b-d0-dec.txt 25 \
+  "f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=1 turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=0"

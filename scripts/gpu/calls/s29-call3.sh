@@ -9,13 +9,8 @@
 cold_start
 GGML_CUDA_TURBO_FA_DEC=14 timeout 120 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p 'type_K=turbo4,type_V=turbo4' > $OUT/tbo-dec14.txt 2>&1; echo "tbo DEC=14 rc $?"
 bash scripts/gpu/tbo_summary.sh $OUT/tbo-dec14.txt | grep FLASH | tee $OUT/tbo-dec14-summary.txt; tail -2 $OUT/tbo-dec14.txt
-P='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(256|512|1024|2048|32768),nb=1,.*type_K=turbo4,type_V=turbo4,.*permute=\[0,1,2,3\]'
-F='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(256|512|1024|2048|32768),nb=1,.*type_K=(f16|turbo4),type_V=(f16|turbo4),.*permute=\[0,1,2,3\]'
-fa_rounds fa-k14 3 "12 14" "$P" "$F"
-echo "FA rounds done at $(( $(date +%s) - T0 )) s"
-RUNS="f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=14"
-tg_env_rounds bench-m8b-d0-k14.txt 3 0 2 200 "$RUNS"
-echo "d0 rounds done at $(( $(date +%s) - T0 )) s"
+short_cache_ab fa-k14 "256|512|1024|2048|32768" "12 14" bench-m8b-d0-k14.txt 200 \
+  "f16/f16: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=14"
 [ $(left) -gt 150 ] && DECS="0 12" OUT=$OUT bash scripts/gpu/roofline.sh kernel 2>&1 | tail -24
 RUNS="f16/f16: q8_0/q8_0: turbo4/turbo4: turbo4/turbo4:GGML_CUDA_TURBO_FA_DEC=14 turbo3/turbo3:"
 PP=512 tg_env_rounds bench-m8b-rounds.txt 3 0,16384,65536 1 45 "$RUNS"
