@@ -347,6 +347,25 @@ def test_bench_takes_the_cache_types_from_the_settings_and_refuses_a_bad_one(smo
     assert bad.exit_code == 2 and "OLLAMA_KV_CACHE_TYPE" in bad.output, bad.output
 
 
+@pytest.mark.engine
+def test_a_flag_overrides_the_variable_it_would_conflict_through(smollm2, tmp_path):
+    """OLLAMA_KV_CACHE_TYPE=turbo4 with OLLAMA_FLASH_ATTENTION=0 is a conflict only while both apply: -ctv f16 or
+    -fa on on the command line replaces its variable and the run goes ahead (as in ppl and serve); without
+    either the conflict is refused naming both variables."""
+    env = {"OLLAMA_KV_CACHE_TYPE": "turbo4", "OLLAMA_FLASH_ATTENTION": "0", "TQGGUF_KV_CACHE_TYPE": None,
+           "TQGGUF_FLASH_ATTENTION": None}
+    args = ["bench", str(smollm2), "-p", "0", "-n", "2", "-r", "1", "-t", "1", "--no-warmup", "--no-plot",
+            "-o", "jsonl"]
+    for extra, want in ((["-ctv", "f16"], ("turbo4", "f16", 0)), (["-fa", "on"], ("turbo4", "turbo4", 1))):
+        res = CliRunner().invoke(cli, args + ["--dir", str(tmp_path / extra[0]), *extra], env=env)
+        assert res.exit_code == 0, res.output
+        row = json.loads(next(x for x in res.output.splitlines() if x.startswith("{")))
+        assert (row["type_k"], row["type_v"], int(row["flash_attn"])) == want, row
+    bad = CliRunner().invoke(cli, args + ["--dir", str(tmp_path / "bad")], env=env)
+    assert bad.exit_code == 2, bad.output
+    assert "OLLAMA_FLASH_ATTENTION" in bad.output and "OLLAMA_KV_CACHE_TYPE" in bad.output, bad.output
+
+
 def test_a_row_after_a_cut_last_line_stays_a_line_of_its_own(tmp_path):
     """A kill during a write leaves a last line without its newline: it is skipped on resume
     (that test reruns), and the next row is appended as a line of its own."""

@@ -735,10 +735,8 @@ def test_sigterm_drains_requests_ends_streams_with_an_error_and_stops_the_child(
     """SIGTERM while clients stream: a short request finishes in the grace period, the streams
     still running after it end with the API's error (OpenAI: an SSE error event the openai
     client raises; Ollama: an {"error"} line the ollama client raises), no traceback, the
-    child stopped, the signal re-raised (exit by SIGTERM, uvicorn's convention). Also: a
-    context past the model's training context is warned with the runtime's wording."""
-    s = Server(ALIAS, tmp_path, "-c", "8448", "-np", "3")  # SmolLM2-135M was trained with 8192
-    assert "smollm2-135m: warning: n_ctx 8448 is beyond the model's training context (8192)" in s.log()
+    child stopped, the signal re-raised (exit by SIGTERM, uvicorn's convention)."""
+    s = Server(ALIAS, tmp_path, "-c", "8192", "-np", "3")  # SmolLM2-135M's training context
     kids = _children(s.proc.pid)
     assert len(kids) == 1
     got: dict[str, list[float]] = {"openai": [], "ollama": []}
@@ -885,6 +883,20 @@ def test_a_max_context_below_the_served_context_is_refused(tmp_path):
     assert p.returncode == 2 and "max_context 2048 (env TQGGUF_MAX_CONTEXT_LENGTH" in p.stderr
 
 
+@pytest.mark.engine
+def test_a_context_above_the_training_context_is_refused_not_capped(model_path):
+    """llama-server holds every slot to the model's training context (SmolLM2-135M: 8192), so serve -c 16384 would
+    allocate 16384 cells and answer 8192: refused before the child starts, naming where the value came from; a
+    request's num_ctx is held to the same limit (Manager.max_context, the startup lines' test)."""
+    for extra, env, src in ((["-c", "16384"], {}, "(flag -c)"), ([], {"OLLAMA_CONTEXT_LENGTH": "9000"},
+                                                                 "(env OLLAMA_CONTEXT_LENGTH)")):
+        p = subprocess.run(_serve_cmd(str(model_path), "--port", str(_free_port()), *extra), capture_output=True,
+                           text=True, env=_clean_env(**env), timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert f"tokens a slot {src} is more than {model_path.name}'s training context, 8192 tokens" in p.stderr
+        assert "give -c 8192 or less" in p.stderr and "starting llama-server" not in p.stderr
+
+
 def test_llama_server_missing_tells_to_run_build(tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
@@ -1010,8 +1022,10 @@ def test_load_plan_names_the_option_the_value_and_what_the_server_runs_with(mode
     ({}, {}, "4096 tokens each (from default;", "up to 8192 tokens per slot (from the model's training context)"),
     ({}, {"OLLAMA_CONTEXT_LENGTH": "2048"}, "2048 tokens each (from env OLLAMA_CONTEXT_LENGTH;",
      "up to 8192 tokens per slot (from the model's training context)"),
-    ({"context_length": "16384"}, {"OLLAMA_CONTEXT_LENGTH": "2048"}, "16384 tokens each (from flag -c;",
-     "up to 16384 tokens per slot (from the context length, flag -c)"),
+    ({"context_length": "8192"}, {"OLLAMA_CONTEXT_LENGTH": "2048"}, "8192 tokens each (from flag -c;",
+     "up to 8192 tokens per slot (from the context length, flag -c)"),
+    ({}, {"TQGGUF_MAX_CONTEXT_LENGTH": "20000"}, "4096 tokens each (from default;",
+     "up to 8192 tokens per slot (from the model's training context, where llama-server caps every slot)"),
     ({"context_length": "1024"}, {"TQGGUF_MAX_CONTEXT_LENGTH": "512"}, "1024 tokens each (from flag -c;",
      "up to 1024 tokens per slot (from the context length, flag -c)"),
     ({}, {"TQGGUF_MAX_CONTEXT_LENGTH": "6000"}, "4096 tokens each (from default;",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
+from ..cachetypes import FLASH_ATTN_RULE, KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError, flash_attn_conflict
 from .options import k_center_option, kv_plan_options, offload_options, offload_overrides, resolve_offload, rotation_option
 
 _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
@@ -74,12 +74,16 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
 
     if threads is not None and threads < 1:
         raise click.UsageError(f"-t {threads}: threads must be >= 1")
-    try:  # the settings model of ppl/serve: also refuses a bad TQGGUF_*/OLLAMA_* value before any run
+    try:  # the settings model of ppl/serve: also refuses a bad TQGGUF_*/OLLAMA_* value before any run; its
+        # combination check is left to the lists below, where a -ctv / -fa flag replaces the variable it overrides
         st = resolve_settings({"attn_rotation": rot, "k_center": k_center,
                                **offload_overrides(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode,
-                                                   tensor_split=tensor_split, main_gpu=main_gpu, device=device)})
+                                                   tensor_split=tensor_split, main_gpu=main_gpu, device=device)},
+                              check=False)
     except SettingsError as e:
         raise click.UsageError(str(e)) from e
+    v_from = "-ctv" if ctv is not None else st.source("cache_type_v").describe()
+    fa_from = "-fa" if flash_attn is not None else st.source("flash_attention").describe()
     ctk = ctk if ctk is not None else st.cache_type_k
     ctv = ctv if ctv is not None else st.cache_type_v
     flash_attn = flash_attn if flash_attn is not None else st.flash_attention
@@ -87,6 +91,11 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     try:
         ks, vs = parse_type_list(ctk, "-ctk"), parse_type_list(ctv, "-ctv")
         fas = parse_fa_list(flash_attn)
+        for f in fas:
+            for v in vs:
+                if flash_attn_conflict(f, v):
+                    raise click.UsageError(f"flash attention {f} (from {fa_from}) with the V cache type {v} (from "
+                                           f"{v_from}): {FLASH_ATTN_RULE}")
         ps = parse_int_list(n_prompt, "-p", minimum=0)
         ns = parse_int_list(n_gen, "-n", minimum=0)
         ds = parse_int_list(n_depth, "-d", minimum=0)

@@ -210,6 +210,15 @@ def command(model, ctk, ctv, ctx, parallel, max_ctx, flash_attn, rot, k_center, 
         raise click.ClickException(f"cannot serve {path.name}: {e}") from None
     except ValueError as e:  # KCenterError, KVPlanError: name the flag and what is allowed
         raise click.UsageError(str(e)) from None
+    from ..server.modelfile import ModelFile
+
+    train = ModelFile(path.stem, path).n_ctx_train()
+    if train and settings.context_length > train:  # llama-server would cap every slot there (n_ctx_slot)
+        click.echo(f"error: a context of {settings.context_length} tokens a slot ({settings.source('context_length')}) is more than "
+                   f"{path.name}'s training context, {train} tokens: llama-server holds every slot to the training "
+                   f"context, so the rest of each slot's KV cache would go unused; give -c {train} or less "
+                   f"(each of the -np slots holds -c tokens)", err=True)
+        raise SystemExit(2)
     config = ServeConfig(model_path=path, alias=alias, settings=settings, llama_server=binary,
                          n_gpu_layers=_ngl(settings.n_gpu_layers), offload=offload, n_threads=threads, verbose=verbose, engine_env=env,
                          engine_env_for=engine_env_for, engine_notes=engine_env_for.notes[path], draft=draft,

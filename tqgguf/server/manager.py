@@ -181,9 +181,13 @@ class Manager:
 
     def max_context(self, model: ModelFile) -> int:
         """Largest per-slot context a request may ask for: TQGGUF_MAX_CONTEXT_LENGTH, else the
-        model's training context, but never below the configured context."""
-        m = self.settings.max_context or model.n_ctx_train() or self.settings.context_length
-        return max(m, self.settings.context_length)
+        model's training context, but never below the configured context, and never above the
+        training context when the GGUF gives one: llama-server caps every slot there
+        (``n_ctx_slot``, tools/server/server-context.cpp), so a longer one would hold fewer
+        tokens than it says."""
+        train = model.n_ctx_train()
+        m = max(self.settings.max_context or train or self.settings.context_length, self.settings.context_length)
+        return min(m, train) if train else m
 
     def model_ctx(self, model: ModelFile) -> int | None:
         """The context per slot ``model``'s Modelfile parameters give (an Ollama model's
@@ -196,15 +200,22 @@ class Manager:
     def default_ctx(self, model: ModelFile) -> int:
         """The context a request that does not set ``num_ctx`` runs ``model`` with, on every route
         (OpenAI's and llama-server's too, as Ollama applies a model's parameters to its OpenAI
-        endpoints): :meth:`model_ctx`, else serve's ``-c``."""
-        return self.model_ctx(model) or self.settings.context_length
+        endpoints): :meth:`model_ctx`, else serve's ``-c``, held to the model's training context
+        (as Ollama holds num_ctx to it; :meth:`max_context`); ``serve`` refuses a ``-c`` above the
+        training context of the model it starts with."""
+        n = self.model_ctx(model) or self.settings.context_length
+        return min(n, self.max_context(model))
 
     def max_context_source(self, model: ModelFile) -> str:
         """Where :meth:`max_context`'s value comes from, for the log: the max-context setting
         (``flag --max-ctx`` / ``env TQGGUF_MAX_CONTEXT_LENGTH``), the model's training
-        context, or the configured context (with its own source) when that is larger."""
+        context (also when a larger setting is held to it), or the configured context (with its
+        own source) when that is larger."""
         s = self.settings
-        limit = s.max_context or model.n_ctx_train()
+        train = model.n_ctx_train()
+        if train and max(s.max_context, s.context_length) > train:
+            return "the model's training context, where llama-server caps every slot"
+        limit = s.max_context or train
         if not limit or s.context_length >= limit:
             return f"the context length, {s.source('context_length')}"
         return str(s.source("max_context")) if s.max_context else "the model's training context"
@@ -243,9 +254,8 @@ class Manager:
         if num_ctx is not None:
             top = self.max_context(model)
             if num_ctx > top:
-                src = ("TQGGUF_MAX_CONTEXT_LENGTH" if self.settings.max_context else
-                       "the model's training context; raise it with TQGGUF_MAX_CONTEXT_LENGTH")
-                raise ContextTooLarge(f"num_ctx {num_ctx} is above the maximum context {top} for {model.name} ({src})")
+                raise ContextTooLarge(f"num_ctx {num_ctx} is above the maximum context {top} for {model.name} "
+                                      f"(from {self.max_context_source(model)})")
         key = (str(model.path), kind)
         default_ctx = self.default_ctx(model)
         while True:

@@ -18,7 +18,6 @@ from typing import Any
 
 import aiohttp
 
-from ..runtime import training_context_warning
 from .child import LLAMA_DEFAULT_N_BATCH, STOP_GRACE_S, Child, ChildError, ChildSpec, describe_exit
 from .load_options import LoadParams, default_load, layers_offloaded
 from .modelfile import POOLING_RANK, ModelFile
@@ -298,9 +297,6 @@ class Runner:
         self.load_seconds = self.ready_at - t0
         if spec.n_threads is None and child.n_threads:
             self.auto_threads = child.n_threads
-        if self.kind == "chat" and (warning := training_context_warning(self.n_ctx, self.model.n_ctx_train())):
-            # llama.cpp says so in its own log (n_ctx_seq > n_ctx_train); say it in ours too
-            log.warning("%s: %s", self.model.name, warning)
         if self.kind == "chat" and not self.model.chat_template():
             # llama-server then formats chat messages as ChatML, which a base model (e.g. the
             # Gemma-3-270M base GGUF) was never trained on: say so instead of serving it silently
