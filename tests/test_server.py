@@ -1046,6 +1046,26 @@ def test_startup_lines_say_where_the_context_and_its_maximum_come_from(model_pat
     assert any(num_ctx in ln for ln in lines), lines
 
 
+def test_a_model_loaded_by_name_runs_with_at_most_its_training_context(model_path, caplog):
+    """serve refuses a -c above the training context of the model it starts with; another model, loaded by name,
+    whose training context is below serve's -c runs with its training context (llama-server would hold the slot
+    there anyway), said once in the log, and num_ctx is held to the same limit."""
+    from tqgguf.config import resolve_settings
+    from tqgguf.server.manager import Manager
+    from tqgguf.server.modelfile import ModelFile
+    from tqgguf.server.serveconfig import ServeConfig
+
+    settings = resolve_settings({"context_length": "16384", "max_context": "20000"}, {})
+    m = Manager(ServeConfig(model_path=model_path, alias=ALIAS, settings=settings, llama_server=Path("/x/llama-server")))
+    other = ModelFile("other", model_path)  # SmolLM2-135M: trained with 8192
+    with caplog.at_level("WARNING", logger="tqgguf.server"):
+        assert (m.default_ctx(other), m.default_ctx(other), m.max_context(other)) == (8192, 8192, 8192)
+    held = [r.getMessage() for r in caplog.records if "above its training context" in r.getMessage()]
+    assert held == ["other: the default context, 16384 tokens a slot, is above its training context; served with "
+                    "8192 (llama-server holds every slot there, as Ollama holds num_ctx)"], held
+    assert m.max_context_source(other) == "the model's training context, where llama-server caps every slot"
+
+
 def test_plain_json_tool_calls_are_recognised_only_for_offered_tools():
     from tqgguf.server.ollama import tool_calls_from_text
 

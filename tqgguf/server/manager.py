@@ -82,6 +82,7 @@ class Manager:
         self._next_port = self.settings.llama_server_port
         self._reaper: asyncio.Task | None = None
         self._has_gpu: bool | None = None
+        self._held_to_training: set[str] = set()  # models whose default context default_ctx held (logged once)
         self.shutting_down = False  # set by begin_shutdown: no new requests
         self._cut_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Future | None = None  # shutdown()'s stop of every child
@@ -204,7 +205,12 @@ class Manager:
         (as Ollama holds num_ctx to it; :meth:`max_context`); ``serve`` refuses a ``-c`` above the
         training context of the model it starts with."""
         n = self.model_ctx(model) or self.settings.context_length
-        return min(n, self.max_context(model))
+        top = self.max_context(model)
+        if n > top and model.name not in self._held_to_training:
+            self._held_to_training.add(model.name)
+            log.warning("%s: the default context, %d tokens a slot, is above its training context; served with %d "
+                        "(llama-server holds every slot there, as Ollama holds num_ctx)", model.name, n, top)
+        return min(n, top)
 
     def max_context_source(self, model: ModelFile) -> str:
         """Where :meth:`max_context`'s value comes from, for the log: the max-context setting
