@@ -252,10 +252,10 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         constexpr bool st = VAR == 5;
         constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
         constexpr bool ev = (VAR >= 7 && VAR <= 9) || VAR >= 11;
-        constexpr bool nk = (VAR >= 8 && VAR <= 9) || VAR >= 11;
+        constexpr bool nk = ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
         constexpr bool v8 = VAR >= 9;  // V's centroids as int8
         constexpr bool aw = VAR >= 11;  // the rows' aligned words
-        constexpr int  s7 = VAR == 12 || VAR == 14 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
+        constexpr int  s7 = VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
         constexpr bool kf = VAR == 14;  // the first tile's K words before Q
         kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> :
                  G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7, kf>;
@@ -424,6 +424,14 @@ int main() {
     }
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 14>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    // variant 15 (12 with K read in its tile), the one tensor-core variant at hd 256 (turbo4 K and V, a row as two
+    // 68-byte halves): every case at hd 256, one at hd 128
+    for (const fa_case & fc : cases) {
+        ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>(fc, rng);
+    }
+    ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[1], rng);  // int8 V (VAR 10), its words read in P.V (no early V)

@@ -30,7 +30,7 @@
 // mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4..14 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..15 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -47,8 +47,11 @@
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
 
+// (hd 256: turbo4 K and V, the tensor-core kernel's variant 15 only, turbo-fattn-mma.cuh; the other variants leave
+// it to the vector kernel)
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
+    return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+           (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 
 // Variants (GGML_CUDA_TURBO_FA_DEC=1..8, one build measures all; docs/CUDA.md "session 11", "session 12"):
@@ -103,7 +106,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      same floats. Measured (session 29, an H100, FA alone, three interleaved rounds, against 12): 256
 //      cells 5.95-6.04 -> 5.86-5.91 us, 1024 6.50 -> 6.40-6.42, 2048 7.97 -> 7.91, 32768 19.74 -> 19.71;
 //      8B shape tg64 @ d0 302.8 -> 303.1 t/s (f16 329.8). The default.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 14;
+//  15: 12 with K's words read in their tile, not a tile ahead (no next_k); also hd 256 (turbo4 K and V, a row
+//      as two 68-byte halves: turbo-fattn-mma.cuh), where next_k's registers do not fit beside V's and O's
+//      (250 registers at sm_90, no spills). Emulated (tests/cuda_host/fa_dec_emul.cpp); not yet run on a GPU,
+//      so hd 256 runs it only when asked (GGML_CUDA_TURBO_FA_DEC=15), the vector kernel otherwise (session 29).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 15;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -732,11 +739,18 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
-                if (var == 5) {
+                if constexpr (D == 256) {  // variant 15 only, until a GPU run measures it: the vector kernel otherwise
+                    if (var != 15) {
+                        return false;
+                    }
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if ((var == 12 || var == 13 || var == 14) && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
+                } else if (var >= 12 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
-                        if (var == 14) {  // 12 with the first tile's K words loaded before Q's
+                        if (var == 15) {  // 12 with K read in its tile, not a tile ahead (hd 256's code)
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                        } else if (var == 14) {  // 12 with the first tile's K words loaded before Q's
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 3, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                         } else if (var == 12) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
@@ -768,16 +782,20 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         }
         var = 1;
     }
-    if (var >= 2 && !(ggml_cuda_turbo_fa_dec_stage_ok<D, type_K>(K) && ggml_cuda_turbo_fa_dec_stage_ok<D, type_V>(V))) {
-        var = 1;
+    if constexpr (D == 256) {  // variants 1..3 cover hd 64 and 128: upstream's vector kernel (turbo instances)
+        return false;
+    } else {
+        if (var >= 2 && !(ggml_cuda_turbo_fa_dec_stage_ok<D, type_K>(K) && ggml_cuda_turbo_fa_dec_stage_ok<D, type_V>(V))) {
+            var = 1;
+        }
+        const int G = ggml_cuda_turbo_fa_dec_heads(D, dst, var);
+        switch (var) {
+            case 3:  ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 3>(ctx, dst, G); break;
+            case 2:  ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 2>(ctx, dst, G); break;
+            default: ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 1>(ctx, dst, G); break;
+        }
+        return true;
     }
-    const int G = ggml_cuda_turbo_fa_dec_heads(D, dst, var);
-    switch (var) {
-        case 3:  ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 3>(ctx, dst, G); break;
-        case 2:  ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 2>(ctx, dst, G); break;
-        default: ggml_cuda_turbo_fa_dec_launch<D, type_K, type_V, 1>(ctx, dst, G); break;
-    }
-    return true;
 #endif // GGML_USE_HIP
 }
 #endif // GGML_CUDA_TURBO_HOST_CHECK

@@ -1,5 +1,5 @@
 // tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
-// sequence: variants 4..14 of GGML_CUDA_TURBO_FA_DEC, 14 the default (turbo-fattn-dec.cuh includes
+// sequence: variants 4..15 of GGML_CUDA_TURBO_FA_DEC, 14 the default (turbo-fattn-dec.cuh includes
 // this file and dispatches to it; shapes it does not cover take variant 1).
 //
 // Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
@@ -40,9 +40,14 @@
 // softcap. Needs the int8/fp16 mma of sm_80+ (ampere_mma_available on the host).
 #pragma once
 
+// hd 256: turbo4 K and V only, a row as two hd-128 halves of 68 bytes (17 words) each, the same word layout at +17
+// words (variant 15, the aligned words without next_k; session 29)
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V);
+    return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+           (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
+// words of a turbo4 row of 128 values (two 34-byte blocks): the hd-256 row's second half starts this many words on
+static constexpr int ggml_cuda_turbo_fa_mma_half_words = 17;
 
 static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_mma_rows   = ggml_cuda_turbo_fa_mma_nwarps*32;  // KV rows per tile (4 warps x 32)
@@ -206,14 +211,15 @@ template <bool aw> struct ggml_cuda_turbo_fa_mma_k4 { static constexpr int nw = 
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_aw_sel(const bool last) {
     return last ? 0x3254 : 0x7654;
 }
-// the qs byte (of its 32-byte block m) at position k of the index word of k-step j of lane t
+// the qs byte (of its 32-byte block m) at position k of the index word of k-step j of lane t (an even block
+// starts 2 bytes past a word: block 0 of each 68-byte half)
 template <bool aw>
 static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_qs_pos(const int m, const int j, const int t, const int k) {
-    return aw && m == 0 ? (2 + 4*t + 16*j + k) % 32 : 4*t + 16*j + k;
+    return aw && m % 2 == 0 ? (2 + 4*t + 16*j + k) % 32 : 4*t + 16*j + k;
 }
 
 template <bool aw>
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw], const uint32_t * W, const int t) {
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load_half(uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw], const uint32_t * W, const int t) {
     if constexpr (aw) {
         const uint32_t * Wt = W + t;        // one address per row, the words at immediate offsets from it
         r[0] = Wt[1];                       // block 0, qs bytes 2 + 4t ..
@@ -231,8 +237,16 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (
         r[7] = W[8];                        // d of block 1 (byte 34): high half
     }
 }
+// a row of NH halves (hd 128 NH): half h's words from W + 17 h
+template <bool aw, int NH>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[NH][ggml_cuda_turbo_fa_mma_k4<aw>::nw], const uint32_t * W, const int t) {
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+        ggml_cuda_turbo_fa_mma_k4_load_half<aw>(r[h], W + ggml_cuda_turbo_fa_mma_half_words*h, t);
+    }
+}
 template <bool aw>
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t (&w)[2][2], float (&d)[2], const uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw],
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack_half(uint32_t (&w)[2][2], float (&d)[2], const uint32_t (&r)[ggml_cuda_turbo_fa_mma_k4<aw>::nw],
         const uint32_t sel_aw) {
     constexpr int nw = ggml_cuda_turbo_fa_mma_k4<aw>::nw;
     if constexpr (aw) {
@@ -249,19 +263,36 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t
     d[0] = __half2float(*((const half *) &d0));
     d[1] = __half2float(*((const half *) &d1));
 }
+// the index words and scales of the NB = 2 NH blocks of a row (half h: blocks 2h, 2h + 1)
+template <bool aw, int NH>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_unpack(uint32_t (&w)[2*NH][2], float (&d)[2*NH], const uint32_t (&r)[NH][ggml_cuda_turbo_fa_mma_k4<aw>::nw],
+        const uint32_t sel_aw) {
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+        uint32_t wh[2][2];
+        float    dh[2];
+        ggml_cuda_turbo_fa_mma_k4_unpack_half<aw>(wh, dh, r[h], sel_aw);
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            w[2*h + b][0] = wh[b][0];
+            w[2*h + b][1] = wh[b][1];
+            d[2*h + b]    = dh[b];
+        }
+    }
+}
 
 // next_k: the K words (ggml_cuda_turbo_fa_mma_k4_load) of this lane's 4 rows of a warp tile,
 // K_lane + 16 mt + 8 rr rows (row stride nb11_8/8), and their mask values (0 without a mask);
 // row0 = the tile's row of this lane (kw + g); the mask as raw fp16 bits (converted where used, so
 // the load is not waited on here)
-template <bool aw>
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&Kn)[2][2][ggml_cuda_turbo_fa_mma_k4<aw>::nw], uint16_t (&Mn)[2][2],
+template <bool aw, int NH>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_next_k(uint32_t (&Kn)[2][2][NH][ggml_cuda_turbo_fa_mma_k4<aw>::nw], uint16_t (&Mn)[2][2],
         const char * K_tile, const int nb11_8, const half * maskh, const int row0, const int t) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-            ggml_cuda_turbo_fa_mma_k4_load<aw>(Kn[mt][rr], (const uint32_t *) (K_tile + (2*mt + rr)*nb11_8), t);
+            ggml_cuda_turbo_fa_mma_k4_load<aw, NH>(Kn[mt][rr], (const uint32_t *) (K_tile + (2*mt + rr)*nb11_8), t);
             Mn[mt][rr] = maskh ? ((const uint16_t *) maskh)[row0 + 16*mt + 8*rr] : 0;  // fp16 bits (0: +0.0)
         }
     }
@@ -349,6 +380,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr int NB     = D/64;   // turbo blocks per row
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     constexpr int NM     = D/16;   // P.V m-tiles (16 dims each)
+    constexpr int NH     = D/128;  // turbo4 rows: 68-byte halves (hd 256: 2)
     typedef typename ggml_cuda_turbo_traits<type_K>::block block_K;
     typedef typename ggml_cuda_turbo_traits<type_V>::block block_V;
     constexpr int RBK = NB*sizeof(block_K);  // bytes per row
@@ -410,47 +442,51 @@ static __global__ void flash_attn_ext_turbo_mma(
     const int k_VKQ_max = KV_max_ptr ? KV_max_ptr[sequence*gridDim.x + blockIdx.x] : ne11;
     // next_k: this lane's K words and mask values of the warp's next tile, [mt][rr] = row 16 mt + 8 rr + g;
     // k_first: the first tile's now, before Q's load
-    uint32_t Kn[2][2][KNW];
+    uint32_t Kn[2][2][NH][KNW];
     uint16_t Mn[2][2];
     if constexpr (next_k) {
         static_assert(K4 && !stage, "next-tile K loads: turbo4 K, rows from global memory");
         if (k_first && blockIdx.y*T < ne11) {  // (not k_VKQ_max: the loads need not wait for its value; rows below ne11 exist)
-            ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
+            ggml_cuda_turbo_fa_mma_next_k<aw, NH>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
         }
     }
-    // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 4l..4l+3
+    // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 128 hf + 4l..4l+3 of
+    // each 128 (hf < NH)
     for (int h = warp; h < 8; h += nwarps) {
-        float x[4];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            x[c] = h < ng ? scale * ((const float *) (Q + h*nb02))[4*lane + c] : 0.0f;
-        }
-        float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+        for (int hf = 0; hf < NH; ++hf) {
+            float x[4];
 #pragma unroll
-        for (int off = 1; off < 16; off <<= 1) {  // the 16 lanes of one block of 64
-            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFF, amax, off, WARP_SIZE));
-        }
-        const float d  = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f/d : 0.0f;
-        uint32_t q = 0;
-        int qsum = 0;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int qc = __float2int_rn(x[c]*id);
-            q |= (uint32_t) (uint8_t) (int8_t) qc << (8*c);
-            qsum += qc;
-        }
-        *((uint32_t *) &sh_q[h][4*lane]) = q;
-        if constexpr (s7K) {
-#pragma unroll
-            for (int off = 1; off < 16; off <<= 1) {
-                qsum += __shfl_xor_sync(0xFFFFFFFF, qsum, off, WARP_SIZE);
+            for (int c = 0; c < 4; ++c) {
+                x[c] = h < ng ? scale * ((const float *) (Q + h*nb02))[128*hf + 4*lane + c] : 0.0f;
             }
-        }
-        if (lane % 16 == 0) {
-            sh_qd[h][lane/16] = d;
+            float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+#pragma unroll
+            for (int off = 1; off < 16; off <<= 1) {  // the 16 lanes of one block of 64
+                amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFF, amax, off, WARP_SIZE));
+            }
+            const float d  = amax / 127.0f;
+            const float id = d != 0.0f ? 1.0f/d : 0.0f;
+            uint32_t q = 0;
+            int qsum = 0;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int qc = __float2int_rn(x[c]*id);
+                q |= (uint32_t) (uint8_t) (int8_t) qc << (8*c);
+                qsum += qc;
+            }
+            *((uint32_t *) &sh_q[h][128*hf + 4*lane]) = q;
             if constexpr (s7K) {
-                sh_qs[h][lane/16] = qsum;
+#pragma unroll
+                for (int off = 1; off < 16; off <<= 1) {
+                    qsum += __shfl_xor_sync(0xFFFFFFFF, qsum, off, WARP_SIZE);
+                }
+            }
+            if (lane % 16 == 0) {
+                sh_qd[h][2*hf + lane/16] = d;
+                if constexpr (s7K) {
+                    sh_qs[h][2*hf + lane/16] = qsum;
+                }
             }
         }
     }
@@ -531,12 +567,12 @@ static __global__ void flash_attn_ext_turbo_mma(
     }
     if constexpr (next_k) {  // (k_first: loaded above)
         if (!k_first && blockIdx.y*T < k_VKQ_max) {
-            ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
+            ggml_cuda_turbo_fa_mma_next_k<aw, NH>(Kn, Mn, K_lane + (int64_t) (blockIdx.y*T)*nb11, nb11_8, maskh, blockIdx.y*T + warp*32 + g, t);
         }
     }
     for (int k0 = blockIdx.y*T; k0 < k_VKQ_max; k0 += gridDim.y*T) {
         const int kw = k0 + warp*32;  // this warp's 32 rows
-        uint32_t Kc[2][2][KNW];  // next_k: this tile's words and mask values
+        uint32_t Kc[2][2][NH][KNW];  // next_k: this tile's words and mask values
         uint16_t Mc[2][2];
         if constexpr (next_k) {
 #pragma unroll
@@ -545,14 +581,17 @@ static __global__ void flash_attn_ext_turbo_mma(
                 for (int rr = 0; rr < 2; ++rr) {
                     Mc[mt][rr] = Mn[mt][rr];
 #pragma unroll
-                    for (int i = 0; i < KNW; ++i) {
-                        Kc[mt][rr][i] = Kn[mt][rr][i];
+                    for (int h = 0; h < NH; ++h) {
+#pragma unroll
+                        for (int i = 0; i < KNW; ++i) {
+                            Kc[mt][rr][h][i] = Kn[mt][rr][h][i];
+                        }
                     }
                 }
             }
             const int kn = k0 + gridDim.y*T;
             if (kn < k_VKQ_max) {
-                ggml_cuda_turbo_fa_mma_next_k<aw>(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
+                ggml_cuda_turbo_fa_mma_next_k<aw, NH>(Kn, Mn, K_lane + (int64_t) kn*nb11, nb11_8, maskh, kn + warp*32 + g, t);
             }
         }
         const char * K_k0 = K_lane + (int64_t) k0*nb11;
@@ -571,7 +610,7 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
 
         // early_v: the raw words of this lane's V rows (the P.V section below reads them from here)
-        uint32_t Vw[2][2][2][VNW];  // [mt][rp][r]: words g, g+1, 9+g, 0, 8 of the row (aw: 1+g, 9+g, 0, 8)
+        uint32_t Vw[2][2][2][NH][VNW];  // [mt][rp][r][half]: words g, g+1, 9+g, 0, 8 of the half (aw: 1+g, 9+g, 0, 8)
         if constexpr (early_v) {
             static_assert(V4 && !stage, "early V loads: turbo4 V, rows from global memory");
 #pragma unroll
@@ -580,19 +619,22 @@ static __global__ void flash_attn_ext_turbo_mma(
                 for (int rp = 0; rp < 2; ++rp) {
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
-                        const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21);
-                        if constexpr (aw) {  // block 0's qs bytes (2 + 4g ..) mod 32 (ggml_cuda_turbo_fa_mma_k4_load)
-                            const uint32_t * Wg = W + g;
-                            Vw[mt][rp][r][0] = Wg[1];
-                            Vw[mt][rp][r][1] = Wg[9];
-                            Vw[mt][rp][r][2] = W[0];
-                            Vw[mt][rp][r][3] = W[8];
-                        } else {
-                            Vw[mt][rp][r][0] = W[g];
-                            Vw[mt][rp][r][1] = W[g + 1];
-                            Vw[mt][rp][r][2] = W[9 + g];
-                            Vw[mt][rp][r][3] = W[0];
-                            Vw[mt][rp][r][4] = W[8];
+#pragma unroll
+                        for (int hf = 0; hf < NH; ++hf) {
+                            const uint32_t * W = (const uint32_t *) (V_k0 + (2*mt + rp)*nb21_8 + r*nb21) + ggml_cuda_turbo_fa_mma_half_words*hf;
+                            if constexpr (aw) {  // block 0's qs bytes (2 + 4g ..) mod 32 (ggml_cuda_turbo_fa_mma_k4_load)
+                                const uint32_t * Wg = W + g;
+                                Vw[mt][rp][r][hf][0] = Wg[1];
+                                Vw[mt][rp][r][hf][1] = Wg[9];
+                                Vw[mt][rp][r][hf][2] = W[0];
+                                Vw[mt][rp][r][hf][3] = W[8];
+                            } else {
+                                Vw[mt][rp][r][hf][0] = W[g];
+                                Vw[mt][rp][r][hf][1] = W[g + 1];
+                                Vw[mt][rp][r][hf][2] = W[9 + g];
+                                Vw[mt][rp][r][hf][3] = W[0];
+                                Vw[mt][rp][r][hf][4] = W[8];
+                            }
                         }
                     }
                 }
@@ -612,11 +654,11 @@ static __global__ void flash_attn_ext_turbo_mma(
                 if constexpr (K4) {
                     uint32_t w[NB][2];
                     if constexpr (next_k) {
-                        ggml_cuda_turbo_fa_mma_k4_unpack<aw>(w, dk[rr], Kc[mt][rr], sel_k_aw);
+                        ggml_cuda_turbo_fa_mma_k4_unpack<aw, NH>(w, dk[rr], Kc[mt][rr], sel_k_aw);
                     } else {
-                        uint32_t r[KNW];
-                        ggml_cuda_turbo_fa_mma_k4_load<aw>(r, W, t);
-                        ggml_cuda_turbo_fa_mma_k4_unpack<aw>(w, dk[rr], r, sel_k_aw);
+                        uint32_t r[NH][KNW];
+                        ggml_cuda_turbo_fa_mma_k4_load<aw, NH>(r, W, t);
+                        ggml_cuda_turbo_fa_mma_k4_unpack<aw, NH>(w, dk[rr], r, sel_k_aw);
                     }
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
@@ -723,16 +765,23 @@ static __global__ void flash_attn_ext_turbo_mma(
                     const char * Vr = V_k0 + (2*mt + rp)*nb21_8 + r*nb21;
                     const uint32_t * W = stage ? (const uint32_t *) (sK + (32 + 16*mt + 8*rp + 2*t + r)*SL + ((uintptr_t) Vr & 15)) : (const uint32_t *) Vr;
                     if constexpr (early_v && aw) {
-                        iw[r][0] = __byte_perm(Vw[mt][rp][r][2], Vw[mt][rp][r][0], sel_v_aw);
-                        iw[r][1] = Vw[mt][rp][r][1];
-                        ds[r][0] = Vw[mt][rp][r][2] & 0xFFFF;
-                        ds[r][1] = Vw[mt][rp][r][3] >> 16;
+#pragma unroll
+                        for (int hf = 0; hf < NH; ++hf) {
+                            iw[r][2*hf + 0] = __byte_perm(Vw[mt][rp][r][hf][2], Vw[mt][rp][r][hf][0], sel_v_aw);
+                            iw[r][2*hf + 1] = Vw[mt][rp][r][hf][1];
+                            ds[r][2*hf + 0] = Vw[mt][rp][r][hf][2] & 0xFFFF;
+                            ds[r][2*hf + 1] = Vw[mt][rp][r][hf][3] >> 16;
+                        }
                     } else if constexpr (early_v) {  // the same words as below, loaded before K.Q
-                        iw[r][0] = __byte_perm(Vw[mt][rp][r][0], Vw[mt][rp][r][1], 0x5432);
-                        iw[r][1] = Vw[mt][rp][r][2];
-                        ds[r][0] = Vw[mt][rp][r][3] & 0xFFFF;
-                        ds[r][1] = Vw[mt][rp][r][4] >> 16;
+#pragma unroll
+                        for (int hf = 0; hf < NH; ++hf) {
+                            iw[r][2*hf + 0] = __byte_perm(Vw[mt][rp][r][hf][0], Vw[mt][rp][r][hf][1], 0x5432);
+                            iw[r][2*hf + 1] = Vw[mt][rp][r][hf][2];
+                            ds[r][2*hf + 0] = Vw[mt][rp][r][hf][3] & 0xFFFF;
+                            ds[r][2*hf + 1] = Vw[mt][rp][r][hf][4] >> 16;
+                        }
                     } else if constexpr (V4) {
+                        static_assert(NH == 1, "hd 256: the aligned-word (early V) variants");
                         iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
                         iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
                         ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
