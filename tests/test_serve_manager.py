@@ -6,7 +6,8 @@ queued as in Ollama while every loaded model is busy, and a SIGTERM while reques
 behind a pending reload.
 
 Real ``tqgguf serve`` processes with real llama-server children, driven by the real
-``ollama`` and ``openai`` clients. Two servers: SmolLM2-135M with at most one loaded model
+``ollama`` and ``openai`` clients. Two servers: SmolLM2-135M (a copy whose GGUF claims a training context of 2^24
+tokens, so that a huge num_ctx reaches llama-server) with at most one loaded model
 and a queue of one (``srv``), and ``smol:latest`` from an Ollama store whose parameters set
 ``num_ctx 128`` (``store_srv``, stopped by the SIGTERM test at the end).
 """
@@ -31,12 +32,29 @@ HUGE = 16_000_000  # num_ctx whose KV cache (x NP slots) no machine here can all
 OTHER = "gemma3-270m"  # another model, for the queue (max loaded models 1)
 
 
+def _claims_a_longer_training_context(src, dst, n_ctx_train: int):
+    """A copy of the GGUF ``src`` at ``dst`` whose ``{arch}.context_length`` says ``n_ctx_train``: serve and
+    llama-server hold a slot to the training context (llama-server's n_ctx_slot), so only a model that claims a
+    huge one lets a huge num_ctx reach llama-server's allocation."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    shutil.copyfile(src, dst)
+    r = GGUFReader(dst, "r+")
+    field = r.fields[f"{r.fields['general.architecture'].contents()}.context_length"]
+    field.parts[field.data[0]][0] = n_ctx_train
+    del r
+    return dst
+
+
 @pytest.fixture(scope="module")
 def srv(require_engine, model_file, tmp_path_factory):
-    model_file(ALIAS)
+    tmp = tmp_path_factory.mktemp("serve-manager")
+    model = _claims_a_longer_training_context(model_file(ALIAS), tmp / "smollm2-long.gguf", 1 << 24)
     model_file(OTHER)
     env = _clean_env(OLLAMA_MAX_LOADED_MODELS="1", OLLAMA_MAX_QUEUE="1")
-    s = Server(ALIAS, tmp_path_factory.mktemp("serve-manager"), "--ctk", "q8_0", "--ctv", "turbo4", "-np", str(NP),
+    s = Server(str(model), tmp, "--alias", ALIAS, "--ctk", "q8_0", "--ctv", "turbo4", "-np", str(NP),
                "-c", str(CTX), "--max-ctx", str(1 << 24), "--keep-alive", "-1", env=env)
     yield s
     s.stop()
