@@ -423,3 +423,14 @@ def test_listen_host_that_does_not_resolve_or_is_not_local_is_named_by_its_sourc
     assert ei.value.errors[0].startswith("--host 'garbage': cannot resolve host")
     for good in ("127.0.0.1", "0.0.0.0:9", "localhost", "http://[::1]:8080"):
         check_listen_address(resolve_settings({}, {"OLLAMA_HOST": good}))
+
+
+@pytest.mark.parametrize("verb", ["bench", "ppl", "sweep", "serve", "mix", "rpc-server"])
+def test_threads_above_ggml_s_limit_are_refused_by_every_verb(verb):
+    """ggml runs at most GGML_MAX_N_THREADS = 512 CPU threads (its threadpool indexes per-thread arrays of that
+    size; llama-server with -t 100000 ends by SIGSEGV): -t 513 is a usage error naming the range, in every verb."""
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(main, [verb, "smollm2-135m", "-t", "513"] if verb != "rpc-server" else [verb, "-t", "513"])
+    assert res.exit_code == 2, res.output
+    assert "513" in res.output and "512" in res.output, res.output

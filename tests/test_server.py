@@ -1008,6 +1008,10 @@ def test_load_plan_names_the_option_the_value_and_what_the_server_runs_with(mode
     params, changes = plan({"num_batch": 64, "use_mmap": False, "num_thread": 1})
     assert (params.n_batch, params.use_mmap, params.n_threads) == (64, False, 1)
     assert changes == ["num_batch 64", "use_mmap false", "num_thread 1"]
+    assert plan({"num_thread": 512})[0].n_threads == 512  # GGML_MAX_N_THREADS; one more crashes llama-server
+    with pytest.raises(LoadOptionRefused, match=r"options.num_thread 100000: ggml runs 1 to 512 CPU threads") as ei:
+        plan({"num_thread": 100000})
+    assert ei.value.option == "num_thread"
     assert r.effective("num_gpu") == 0 and r.model.n_layer() == 30
     with pytest.raises(LoadOptionRefused, match="lists no GPU device") as ei:  # the binary cannot be asked: no GPU
         plan({"num_gpu": 31})

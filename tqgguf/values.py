@@ -23,6 +23,10 @@ from typing import Any
 from .cachetypes import FLASH_ATTN_MODES, KV_CACHE_TYPES, CacheTypeError, check_cache_type
 
 
+#: The most CPU threads ggml runs (GGML_MAX_N_THREADS, ggml/include/ggml.h): its threadpool indexes per-thread
+#: arrays of this size, and llama-server given more crashes (-t 100000: SIGSEGV at the threadpool's start).
+MAX_THREADS = 512
+
 _TRUE = {"1", "t", "true", "yes", "y", "on"}
 _FALSE = {"0", "f", "false", "no", "n", "off"}
 BOOL_ALLOWED = "1/0, true/false, yes/no, on/off"

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..cachetypes import FLASH_ATTN_RULE, KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError, flash_attn_conflict
+from ..values import MAX_THREADS
 from .options import k_center_option, kv_plan_options, offload_options, offload_overrides, resolve_offload, rotation_option
 
 _TYPES = f"Types: {', '.join(KV_CACHE_TYPES)}."
@@ -72,8 +73,8 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     from ..models import ModelError, resolve_model
     from ..runtime import EngineError
 
-    if threads is not None and threads < 1:
-        raise click.UsageError(f"-t {threads}: threads must be >= 1")
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise click.UsageError(f"-t {threads}: threads must be 1..{MAX_THREADS} (ggml's GGML_MAX_N_THREADS)")
     try:  # the settings model of ppl/serve: also refuses a bad TQGGUF_*/OLLAMA_* value before any run; its
         # combination check is left to the lists below, where a -ctv / -fa flag replaces the variable it overrides
         st = resolve_settings({"attn_rotation": rot, "k_center": k_center,

@@ -7,6 +7,7 @@ import click
 
 from ..cachetypes import EngineNotBuiltError
 from .options import offload_options, resolve_offload
+from ..values import MAX_THREADS
 
 
 @click.command(name="mix")
@@ -22,7 +23,7 @@ from .options import offload_options, resolve_offload
 @click.option("--chunks", type=click.IntRange(min=1), default=2, show_default=True, help="Calibration chunks.")
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Plan file (default: MODEL.kv-plan-<bits>.json beside the model); {bits} is replaced.")
-@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@click.option("-t", "--threads", type=click.IntRange(1, MAX_THREADS), default=None, help="CPU threads (default: all cores).")
 @offload_options()
 def command(model, bits, text_file, types, n_ctx, chunks, out, threads, n_gpu_layers, rpc, split_mode, tensor_split,
             main_gpu, device):

@@ -10,6 +10,7 @@ import click
 from ..cachetypes import EngineNotBuiltError, type_info
 from .options import (cache_type_options, echo_placement, flash_attn_option, k_center_option, kv_plan_options,
                       offload_options, offload_overrides, resolve_offload, rotation_option, text_option)
+from ..values import MAX_THREADS
 
 
 @click.command(name="ppl")
@@ -24,7 +25,7 @@ from .options import (cache_type_options, echo_placement, flash_attn_option, k_c
 @flash_attn_option()
 @k_center_option()
 @kv_plan_options()
-@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@click.option("-t", "--threads", type=click.IntRange(1, MAX_THREADS), default=None, help="CPU threads (default: all cores).")
 @offload_options()
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the result as JSON to this file.")

@@ -15,6 +15,7 @@ import socket
 import sys
 
 import click
+from ..values import MAX_THREADS
 
 DEFAULT_PORT = 50052  # llama.cpp's ggml-rpc-server default (tools/rpc/rpc-server.cpp)
 
@@ -34,7 +35,7 @@ def _loopback(host: str) -> bool:
 @click.option("-p", "--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="Port to bind.")
 @click.option("-d", "--device", "device", metavar="DEV[,...]", default=None,
               help="Devices the worker exposes, as `tqgguf info` names them (default: every GPU, else the CPU).")
-@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads for the CPU device.")
+@click.option("-t", "--threads", type=click.IntRange(1, MAX_THREADS), default=None, help="CPU threads for the CPU device.")
 @click.option("-c", "--cache", "use_cache", is_flag=True,
               help="Keep received tensors in a local file cache (llama.cpp's -c; $LLAMA_CACHE/rpc), so a model "
                    "loads faster the next time.")

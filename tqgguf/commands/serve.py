@@ -14,6 +14,7 @@ import click
 from ..config import setting_help
 from .options import (cache_type_options, flash_attn_option, k_center_option, kv_plan_options, offload_options, offload_overrides,
                       resolve_offload, rotation_option)
+from ..values import MAX_THREADS
 
 
 def _echo_err(line: str) -> None:
@@ -44,7 +45,7 @@ def _echo_err(line: str) -> None:
               help="Idle time before the model unloads: 5m, 1h, 30s, 0, -1 = forever "
                    "[env TQGGUF_KEEP_ALIVE, OLLAMA_KEEP_ALIVE; default 5m].")
 @offload_options()
-@click.option("-t", "--threads", type=click.IntRange(min=1), default=None,
+@click.option("-t", "--threads", type=click.IntRange(1, MAX_THREADS), default=None,
               help="CPU threads of llama-server (default: its own, every core).")
 @click.option("--alias", default=None, help="Model name clients use (default: the GGUF file name without .gguf).")
 @click.option("-md", "--model-draft", "draft_model", metavar="MODEL", default=None,

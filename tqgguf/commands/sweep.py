@@ -13,6 +13,7 @@ from ..kvplan import build_plan, parse_plan_axes
 from ..sweep.grid import expand, parse_k_centers, parse_rot, parse_types
 from .options import (cache_type_options, k_center_option, kv_plan_options, offload_options, resolve_offload, rotation_option,
                       text_option)
+from ..values import MAX_THREADS
 
 console = Console(stderr=True)
 
@@ -30,7 +31,7 @@ console = Console(stderr=True)
               help="Output dir (default: ./sweep-<model>). results.jsonl there makes a rerun resume.")
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="f16 baseline file (llama-perplexity --kl-divergence-base format); default: cached per model/text/n_ctx.")
-@click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all cores).")
+@click.option("-t", "--threads", type=click.IntRange(1, MAX_THREADS), default=None, help="CPU threads (default: all cores).")
 @offload_options()
 @click.option("--recommend", is_flag=True, help="Print the smallest-KV configuration within the budget and its flags (implied by a budget).")
 @click.option("--max-kld", type=click.FloatRange(min=0), default=None, help="Budget for --recommend: mean KLD.")

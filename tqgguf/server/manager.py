@@ -30,6 +30,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import aiohttp
 
 from ..config import MIN_CONTEXT
+from ..values import MAX_THREADS
 from .child import SHUTDOWN_STOP_S, ChildError, gpu_devices
 from .load_options import (FIXED_WHY, LOAD_FIELD, LOAD_OPTIONS, LoadOptionRefused, LoadParams, default_load,
                            layers_offloaded, shown_value)
@@ -486,6 +487,10 @@ class Manager:
             policy = LOAD_OPTIONS[k][0]
             if policy == "context" or (k == "num_gpu" and v < 0) or (k == "num_thread" and v == 0):
                 continue
+            if k == "num_thread" and not 1 <= v <= MAX_THREADS:  # llama-server given more crashes (SIGSEGV)
+                raise LoadOptionRefused(k, f"options.num_thread {json.dumps(v)}: ggml runs 1 to {MAX_THREADS} CPU "
+                                           "threads (GGML_MAX_N_THREADS); send one of those, 0 for the server's "
+                                           "choice, or leave it out")
             want = layers_offloaded(v, r.model.n_layer()) if k == "num_gpu" else v
             if policy == "reload" and r.kind == "chat":  # an embeddings child's batch is its context: compared below
                 with_v = dataclasses.replace(params, **{LOAD_FIELD[k]: v})
