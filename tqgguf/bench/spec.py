@@ -191,8 +191,10 @@ def n_ctx_train(model: Path) -> int:
         llama_cpp.llama_model_free(m)
 
 
-def validate(spec: BenchSpec) -> None:
+def validate(spec: BenchSpec, fa_from: str = "-fa", v_from: str = "-ctv") -> None:
     """Every check that can fail before a run, so a bad list fails at once, not after hours.
+    ``fa_from`` / ``v_from``: where the flash attention modes and the V types came from, for the
+    message of a conflict between them (the CLI names a TQGGUF_*/OLLAMA_* variable when no flag gave them).
 
     Raises BenchError for: no tests at all, reps < 1, n_batch/n_ubatch < 1, an output
     directory holding another model's results, a test or
@@ -213,7 +215,8 @@ def validate(spec: BenchSpec) -> None:
         raise BenchError(f"-b {spec.n_batch} -ub {spec.n_ubatch}: batch sizes must be >= 1")
     for k, v, f, _ in spec.configs:
         if flash_attn_conflict(f, v):
-            raise BenchError(f"-fa off with -ctv {v} (K {k}): {FLASH_ATTN_RULE}")
+            raise BenchError(f"flash attention {f} (from {fa_from}) with the V cache type {v} (from {v_from}), "
+                             f"K {k}: {FLASH_ATTN_RULE}")
     if not spec.model.is_file():
         raise BenchError(f"model file not found: {spec.model}")
     model_sha = sha256_file_cached(spec.model)

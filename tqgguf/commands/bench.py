@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cachetypes import FLASH_ATTN_RULE, KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError, flash_attn_conflict
+from ..cachetypes import KV_CACHE_TYPES, CacheTypeError, EngineNotBuiltError
 from ..values import MAX_THREADS
 from .options import k_center_option, kv_plan_options, offload_options, offload_overrides, resolve_offload, rotation_option
 
@@ -76,7 +76,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise click.UsageError(f"-t {threads}: threads must be 1..{MAX_THREADS} (ggml's GGML_MAX_N_THREADS)")
     try:  # the settings model of ppl/serve: also refuses a bad TQGGUF_*/OLLAMA_* value before any run; its
-        # combination check is left to the lists below, where a -ctv / -fa flag replaces the variable it overrides
+        # combination check is validate()'s, on the lists, where a -ctv / -fa flag replaces the variable it overrides
         st = resolve_settings({"attn_rotation": rot, "k_center": k_center,
                                **offload_overrides(n_gpu_layers=n_gpu_layers, rpc=rpc, split_mode=split_mode,
                                                    tensor_split=tensor_split, main_gpu=main_gpu, device=device)},
@@ -92,11 +92,6 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
     try:
         ks, vs = parse_type_list(ctk, "-ctk"), parse_type_list(ctv, "-ctv")
         fas = parse_fa_list(flash_attn)
-        for f in fas:
-            for v in vs:
-                if flash_attn_conflict(f, v):
-                    raise click.UsageError(f"flash attention {f} (from {fa_from}) with the V cache type {v} (from "
-                                           f"{v_from}): {FLASH_ATTN_RULE}")
         ps = parse_int_list(n_prompt, "-p", minimum=0)
         ns = parse_int_list(n_gen, "-n", minimum=0)
         ds = parse_int_list(n_depth, "-d", minimum=0)
@@ -113,7 +108,7 @@ def command(model, ctk, ctv, n_prompt, n_gen, n_depth, n_batch, n_ubatch, flash_
                          beyond_train=beyond_train, k_center=st.k_center, rotation=st.attn_rotation,
                          bandwidth=bandwidth * 1e9 if bandwidth else None,
                          out_dir=out_dir or Path(f"bench-{Path(model).stem if Path(model).suffix == '.gguf' else model.replace(':', '-')}"))
-        validate(spec)
+        validate(spec, fa_from=fa_from, v_from=v_from)  # (with a -ctv / -fa flag, the variable it overrides is out)
         if not spec.tests:  # only --batched runs: say which flags had nothing to apply to
             src = click.get_current_context().get_parameter_source
             idle = [f for f, p in (("-d", "n_depth"), ("-r", "reps"), ("--no-warmup", "no_warmup"))
