@@ -772,7 +772,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 10) {  // 6 with int8 V, every pair
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                } else if (var == 6 || var == 8 || var == 9 || var >= 11) {  // 8, 9, 11, 12, 13 and 14 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
+                } else if (var == 6 || var == 8 || var == 9 || var >= 11) {  // 8, 9 and 11 to 15 for the other pairs: variant 6 (4 blocks per SM), their fastest (session 13)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                 } else {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));

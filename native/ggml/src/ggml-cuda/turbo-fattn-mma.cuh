@@ -46,8 +46,8 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const
     return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
-// words of a turbo4 row of 128 values (two 34-byte blocks): the hd-256 row's second half starts this many words on
-static constexpr int ggml_cuda_turbo_fa_mma_half_words = 17;
+// words of a turbo4 row of 128 values (two 34-byte blocks: 17): the hd-256 row's second half starts this many words on
+static constexpr int ggml_cuda_turbo_fa_mma_half_words = 2*(int) sizeof(ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0>::block)/4;
 
 static constexpr int ggml_cuda_turbo_fa_mma_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_mma_rows   = ggml_cuda_turbo_fa_mma_nwarps*32;  // KV rows per tile (4 warps x 32)
@@ -237,7 +237,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load_half(uint3
         r[7] = W[8];                        // d of block 1 (byte 34): high half
     }
 }
-// a row of NH halves (hd 128 NH): half h's words from W + 17 h
+// a row of NH = hd/128 halves: half h's words from W + 17 h
 template <bool aw, int NH>
 static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k4_load(uint32_t (&r)[NH][ggml_cuda_turbo_fa_mma_k4<aw>::nw], const uint32_t * W, const int t) {
 #pragma unroll
