@@ -33,7 +33,10 @@
 #   scripts/gpu/roofline.sh batched MODEL    llama-batched-bench S_TG: equal KV memory (f16 64 seqs vs
 #                                            turbo4 240 seqs of 4096+128) and equal batch (128 x 2048+128)
 #                                            RUNS="K/V:NPL:NPP[:DEC] ..." overrides; more than 256 sequences
-#                                            need patch 0011 (LLAMA_MAX_SEQ 1024), e.g. turbo4/turbo4:480:2048:2
+#                                            need patch 0011 (LLAMA_MAX_SEQ 1024), e.g. turbo4/turbo4:480:2048:2;
+#                                            PPS=1: one prompt decoded and copied to every sequence (-pps: the
+#                                            same cache and decode steps, the prefill of npl prompts saved);
+#                                            RTAG=x: a suffix for the output files of a repeated run
 #   scripts/gpu/roofline.sh model PATH       write a random-weight GGUF of a real model's shape with
 #                                            scripts/gpu/write_shape.py: SHAPE (env, default llama-3.1-8b;
 #                                            tqgguf/shapes.py lists them), gguf from .device/whl if needed
@@ -202,9 +205,9 @@ batched)
                turbo4/turbo4:128:2048:1 turbo4/turbo4:128:2048:0 turbo3/turbo3:128:2048:1 turbo4/turbo4:480:2048:1}; do
         IFS=: read -r kv npl npp dec <<< "$run"
         envs=(); [ -n "${dec:-}" ] && envs=(GGML_CUDA_TURBO_FA_DEC=$dec)
-        f="$OUT/batched-$tag-${kv/\//-}-$npl-$npp${dec:+-dec$dec}.txt"
+        f="$OUT/batched-$tag-${kv/\//-}-$npl-$npp${dec:+-dec$dec}${PPS:+-pps}${RTAG:+-$RTAG}.txt"
         env "${envs[@]}" "$BIN/llama-batched-bench" -m "$M" -ngl 99 -fa on -ctk "${kv%/*}" -ctv "${kv#*/}" \
-            -c $((npl*(npp+128))) -b 2048 -ub 512 -npp "$npp" -ntg 128 -npl "$npl" > "$f" 2>&1 || echo "FAILED $run"
+            -c $((npl*(npp+128))) -b 2048 -ub 512 -npp "$npp" -ntg 128 -npl "$npl" ${PPS:+-pps} > "$f" 2>&1 || echo "FAILED $run"
         printf '%-14s %-6s npl %3s npp %4s  %s\n' "$kv" "${dec:+DEC=$dec}" "$npl" "$npp" "$(grep -E "^\| +$npp \|" "$f" | tail -1)"
     done | tee -a "$OUT/batched-$tag.txt"
     echo "columns: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |"

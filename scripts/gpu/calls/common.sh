@@ -98,3 +98,21 @@ cold_start() {
   wait; tail -1 $OUT/model.log
   nvidia-smi --query-gpu=name,memory.total --format=csv > $OUT/gpu.txt 2>&1; cat $OUT/gpu.txt
 }
+# serving's largest batch of the 8B shape for K/V at NPP + 128 cells per sequence (llama-batched-bench with -pps: one
+# prompt decoded and copied to every sequence's stream, the same decode steps): the sequences that the card's free
+# memory holds at BPC bytes per cell (all layers, K and V) after the model file and a 3 GiB margin, at most 1024
+# (patch 0011); on a failed start 6 % fewer, three tries at most: largest_batch K/V BPC NPP
+largest_batch() {
+  local kv=$1 bpc=$2 npp=$3 free n t
+  free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
+  n=$(( (free*1048576 - $(stat -c %s /tmp/m8b.gguf) - 3*1073741824) / ((npp + 128)*bpc) ))
+  [ $n -gt 1024 ] && n=1024
+  echo "$kv: $free MiB free, $bpc B per cell: $n sequences of $npp + 128"
+  for t in 1 2 3; do
+    [ $(left) -lt 90 ] && { echo "stopping before $kv x $n: $(left) s left"; return 0; }
+    PPS=1 RUNS=$kv:$n:$npp timeout $(( $(left) - 5 )) bash scripts/gpu/roofline.sh batched /tmp/m8b.gguf | grep -v '^columns' > /tmp/lb.txt
+    cat /tmp/lb.txt
+    grep -q FAILED /tmp/lb.txt || return 0
+    n=$(( n*94/100 ))
+  done
+}
