@@ -178,7 +178,11 @@ static uint32_t ggml_cuda_turbo_prmt(const uint32_t a, const uint32_t b, const u
 
 // ---- the test
 template <ggml_type type>
-static float turbo_value(const void * row, const int e) {  // element e of a row: d * c[idx]
+static float turbo_value(const void * row, const int e) {  // element e of a row: d * c[idx] (q8_0: d * qs)
+    if constexpr (type == GGML_TYPE_Q8_0) {
+        const block_q8_0 * b = (const block_q8_0 *) row + e / QK8_0;
+        return turbo_host_h2f(b->d) * b->qs[e % QK8_0];
+    } else {
     typedef ggml_cuda_turbo_traits<type> tt;
     const typename tt::block * b = (const typename tt::block *) row + e / QK_TURBO;
     constexpr float c4[16] = GGML_TURBO4_CENTROIDS;
@@ -187,10 +191,11 @@ static float turbo_value(const void * row, const int e) {  // element e of a row
     const int i = ggml_cuda_turbo_index<type>(b, e % QK_TURBO);
     const float c = type == GGML_TYPE_TURBO4_0 ? c4[i] : type == GGML_TYPE_TURBO3_0 ? c3[i] : c2[i];
     return turbo_host_h2f(b->d) * c;
+    }
 }
 
 static const char * tname(const ggml_type t) {
-    return t == GGML_TYPE_TURBO4_0 ? "turbo4" : t == GGML_TYPE_TURBO3_0 ? "turbo3" : t == GGML_TYPE_TURBO2_0 ? "turbo2" : "?";
+    return t == GGML_TYPE_TURBO4_0 ? "turbo4" : t == GGML_TYPE_TURBO3_0 ? "turbo3" : t == GGML_TYPE_TURBO2_0 ? "turbo2" : t == GGML_TYPE_Q8_0 ? "q8_0" : "?";
 }
 
 struct fa_case {
@@ -202,8 +207,9 @@ struct fa_case {
 
 template <int D, ggml_type tK, ggml_type tV, int VAR = 1>
 static bool run_case(const fa_case & fc, std::mt19937 & rng) {
-    typedef typename ggml_cuda_turbo_traits<tK>::block bK;
+    typedef typename ggml_cuda_turbo_fa_mma_kb<tK>::block bK;  // (q8_0 K: 32 values a block)
     typedef typename ggml_cuda_turbo_traits<tV>::block bV;
+    constexpr int qkK = ggml_cuda_turbo_fa_mma_kb<tK>::qk;
     const int nhq = fc.nh_kv*fc.gqa, nkv = fc.n_kv, nseq = fc.nseq;
     // the launcher's choice: 8 for a multiple of 8 and (tensor-core kernel) for a ratio of 3, 5, 6, 7
     const bool whole = VAR >= 4 && fc.gqa < 8 && (fc.gqa & (fc.gqa - 1)) != 0;
@@ -212,18 +218,21 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f), ud(0.25f, 2.0f);
     // K/V [D/64 blocks, n_kv, nh_kv, nseq], Q [D, 1, nhq, nseq] f32, mask [n_kv, 1, 1, nseq] f16
-    auto fill = [&](auto * blocks, size_t n) {
+    // dscale: q8_0's d at 1/64 of a turbo block's, so that its values (d q, |q| <= 127) span what the turbo codebooks'
+    // do (d c, |c| <= ~2.7) and the scores stay in the range where a softmax is not one-hot
+    auto fill = [&](auto * blocks, size_t n, const float dscale) {
         for (size_t i = 0; i < n; ++i) {
             uint8_t * p = (uint8_t *) &blocks[i];
             for (size_t k = 0; k < sizeof(blocks[i]); ++k) p[k] = (uint8_t) byte(rng);
-            blocks[i].d = turbo_host_f2h(ud(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
+            blocks[i].d = turbo_host_f2h(dscale * ud(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
         }
     };
-    const size_t nbK = (size_t) D/64 * nkv * fc.nh_kv * nseq;
+    const size_t nbK = (size_t) D/qkK * nkv * fc.nh_kv * nseq;
+    const size_t nbV = (size_t) D/64 * nkv * fc.nh_kv * nseq;
     std::vector<bK> K(nbK);
-    std::vector<bV> V(nbK);
-    fill(K.data(), nbK);
-    fill(V.data(), nbK);
+    std::vector<bV> V(nbV);
+    fill(K.data(), nbK, tK == GGML_TYPE_Q8_0 ? 1.0f/64 : 1.0f);
+    fill(V.data(), nbV, 1.0f);
     std::vector<float> Q((size_t) D * nhq * nseq);
     for (auto & q : Q) q = u(rng);
     std::vector<half> mask((size_t) nkv * nseq);
@@ -237,7 +246,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     const float m1 = powf(2.0f, -(fc.max_bias / 2.0f) / n_head_log2);
 
     const int32_t nb01 = D*4, nb02 = D*4, nb03 = D*4*nhq;
-    const int32_t rK = (D/64)*sizeof(bK), rV = (D/64)*sizeof(bV);
+    const int32_t rK = (D/qkK)*sizeof(bK), rV = (D/64)*sizeof(bV);
     const int32_t nb11 = fc.cells ? rK*fc.nh_kv : rK, nb12 = fc.cells ? rK : rK*nkv; const int64_t nb13 = (int64_t) rK*nkv*fc.nh_kv;
     const int32_t nb21 = fc.cells ? rV*fc.nh_kv : rV, nb22 = fc.cells ? rV : rV*nkv; const int64_t nb23 = (int64_t) rV*nkv*fc.nh_kv;
     const int32_t nb31 = nkv*2; const int64_t nb33 = nb31;
@@ -249,14 +258,15 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     blockDim = { 32, 4, 1 };
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
-        constexpr bool st = VAR == 5;
+        constexpr bool q8 = tK == GGML_TYPE_Q8_0;  // q8_0 K: the launcher's one configuration, whatever the variant
+        constexpr bool st = !q8 && VAR == 5;
         constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
-        constexpr bool ev = (VAR >= 7 && VAR <= 9) || VAR >= 11;
-        constexpr bool nk = ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
-        constexpr bool v8 = VAR >= 9;  // V's centroids as int8
-        constexpr bool aw = VAR >= 11;  // the rows' aligned words
-        constexpr int  s7 = VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
-        constexpr bool kf = VAR == 14;  // the first tile's K words before Q
+        constexpr bool ev = q8 ? tV == GGML_TYPE_TURBO4_0 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
+        constexpr bool nk = !q8 && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
+        constexpr bool v8 = q8 || VAR >= 9;  // V's centroids as int8
+        constexpr bool aw = !q8 && VAR >= 11;  // the rows' aligned words
+        constexpr int  s7 = q8 ? 0 : VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
+        constexpr bool kf = !q8 && VAR == 14;  // the first tile's K words before Q
         kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> :
                  G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7, kf>;
     } else {
@@ -337,10 +347,22 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     return ok;
 }
 
+static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
+    bool ok = true;
+    for (const fa_case & fc : cases) {
+        ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 14>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 14>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO3_0, 14>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO2_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    return ok;
+}
+
 int main() {
     std::mt19937 rng(26);
     bool ok = true;
-    const char * only = getenv("FA_DEC_EMUL_VAR");  // one variant's cases alone (e.g. 4), for working on it
+    const char * only = getenv("FA_DEC_EMUL_VAR");  // one variant's cases alone (e.g. 4; q8: the q8_0 K cases), for working on it
     const bool all = only == nullptr || *only == '\0';
     const fa_case cases[] = {
         { 256, 2, 4, 1, 1, true,  false, 0.0f },
@@ -351,6 +373,11 @@ int main() {
         { 256, 1, 4, 1, 1, false, false, 0.0f },
         { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
     };
+    if (!all && strcmp(only, "q8") == 0) {
+        ok = run_q8_cases(cases, rng);
+        printf("%s\n", ok ? "all OK" : "FAILURES");
+        return ok ? 0 : 1;
+    }
     if (all) {
         for (const fa_case & fc : cases) {
             ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0>(fc, rng);
@@ -432,6 +459,9 @@ int main() {
     ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>(cases[6], rng);
+    // q8_0 K with a turbo V (session 30): K's int8 values as K.Q's A operand, a scale per 32 dims; every case with turbo4
+    // V (its words loaded early), one each with turbo3 and turbo2 V (each row looked up alone)
+    ok &= run_q8_cases(cases, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[1], rng);  // int8 V (VAR 10), its words read in P.V (no early V)

@@ -48,9 +48,11 @@ static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
 
 // (hd 256: turbo4 K and V, the tensor-core kernel's variant 15 only, turbo-fattn-mma.cuh; the other variants leave
-// it to the vector kernel)
+// it to the vector kernel. q8_0 K with a turbo V at hd 128: the tensor-core kernel, variants 4 and up; below them the
+// vector kernel)
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
     return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+           (D == 128 && type_K == GGML_TYPE_Q8_0 && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 
@@ -739,7 +741,13 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
-                if constexpr (D == 256) {  // variant 15 only, until a GPU run measures it: the vector kernel otherwise
+                if constexpr (type_K == GGML_TYPE_Q8_0) {  // q8_0 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
+                    if (var == 10) {  // V's words read in P.V, 3 blocks per SM
+                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                    } else {
+                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                    }
+                } else if constexpr (D == 256) {  // variant 15 only, until a GPU run measures it: the vector kernel otherwise
                     if (var != 15) {
                         return false;
                     }
@@ -782,7 +790,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         }
         var = 1;
     }
-    if constexpr (D == 256) {  // variants 1..3 cover hd 64 and 128: upstream's vector kernel (turbo instances)
+    if constexpr (D == 256 || !ggml_cuda_type_is_turbo(type_K)) {  // variants 1..3 cover turbo K at hd 64 and 128: upstream's vector kernel (turbo instances)
         return false;
     } else {
         if (var >= 2 && !(ggml_cuda_turbo_fa_dec_stage_ok<D, type_K>(K) && ggml_cuda_turbo_fa_dec_stage_ok<D, type_V>(V))) {

@@ -41,11 +41,21 @@
 #pragma once
 
 // hd 256: turbo4 K and V only, a row as two hd-128 halves of 68 bytes (17 words) each, the same word layout at +17
-// words (variant 15, the aligned words without next_k; session 29)
+// words (variant 15, the aligned words without next_k; session 29). q8_0 K with a turbo V (hd 128): K's int8 values
+// are K.Q's A operand as they are stored (ggml_cuda_turbo_fa_mma_q8_words; session 30).
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+    return (D == 128 && (ggml_cuda_type_is_turbo(type_K) || type_K == GGML_TYPE_Q8_0) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
+// a K row's blocks: a turbo block of 64 values, or q8_0's of 32 (an fp16 d, then 32 int8 values: 34 bytes, as turbo4's)
+template <ggml_type type> struct ggml_cuda_turbo_fa_mma_kb {
+    typedef typename ggml_cuda_turbo_traits<type>::block block;
+    static constexpr int qk = 64;
+};
+template <> struct ggml_cuda_turbo_fa_mma_kb<GGML_TYPE_Q8_0> {
+    typedef block_q8_0 block;
+    static constexpr int qk = QK8_0;
+};
 // words of a turbo4 row of 128 values (two 34-byte blocks: 17): the hd-256 row's second half starts this many words on
 static constexpr int ggml_cuda_turbo_fa_mma_half_words = 2*(int) sizeof(ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0>::block)/4;
 
@@ -173,7 +183,9 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_scale_column(float
 
 // the 4-byte word of turbo4 indices at qs offset o (o % 4 == 0, o < 32) of block m of a row whose
 // start is 4-byte aligned (W: the row as words): block m starts at byte 34m, its qs at 34m + 2,
-// so for even m the word straddles two aligned words
+// so for even m the word straddles two aligned words. q8_0's blocks have the same 34 bytes (an fp16 d, then qs):
+// ggml_cuda_turbo_fa_mma_q8_words reads them with these two functions.
+static_assert(sizeof(block_turbo4_0) == 34 && sizeof(block_q8_0) == 34, "34-byte blocks: d, then qs");
 template <int m>
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_word4(const uint32_t * W, const int o) {
     constexpr int b = 34*m + 2;  // byte of qs[0]
@@ -188,6 +200,24 @@ template <int m>
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const uint32_t * W) {
     constexpr int b = 34*m;
     return b % 4 == 0 ? W[b/4] & 0xFFFF : W[b/4] >> 16;
+}
+
+// q8_0 K (hd 128: 4 blocks of 32, 136 bytes, a 4-byte aligned start): K.Q's A registers of lane t for the k-step of
+// block b = its int8 values at qs offsets 4t (a0: A columns 4t..4t+3) and 16 + 4t (a1: columns 16 + 4t..), as stored,
+// and the block's d
+template <int b>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_block(const uint32_t * W, const int t, uint32_t & a0, uint32_t & a1, float & d) {
+    a0 = ggml_cuda_turbo_fa_mma_word4<b>(W, 4*t);
+    a1 = ggml_cuda_turbo_fa_mma_word4<b>(W, 4*t + 16);
+    const uint32_t h = ggml_cuda_turbo_fa_mma_scale4<b>(W);
+    d = __half2float(*((const half *) &h));
+}
+// the A registers and scales of a row's 4 blocks: a[b][0..1], d[b]
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_words(const uint32_t * W, const int t, uint32_t (&a)[4][2], float (&d)[4]) {
+    ggml_cuda_turbo_fa_mma_q8_block<0>(W, t, a[0][0], a[0][1], d[0]);
+    ggml_cuda_turbo_fa_mma_q8_block<1>(W, t, a[1][0], a[1][1], d[1]);
+    ggml_cuda_turbo_fa_mma_q8_block<2>(W, t, a[2][0], a[2][1], d[2]);
+    ggml_cuda_turbo_fa_mma_q8_block<3>(W, t, a[3][0], a[3][1], d[3]);
 }
 
 // The K.Q operands of lane t of a K row (turbo4, hd 128, 4-byte aligned start): the raw words it
@@ -381,11 +411,14 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     constexpr int NM     = D/16;   // P.V m-tiles (16 dims each)
     constexpr int NH     = D/128;  // turbo4 rows: 68-byte halves (hd 256: 2)
-    typedef typename ggml_cuda_turbo_traits<type_K>::block block_K;
+    typedef typename ggml_cuda_turbo_fa_mma_kb<type_K>::block block_K;
     typedef typename ggml_cuda_turbo_traits<type_V>::block block_V;
-    constexpr int RBK = NB*sizeof(block_K);  // bytes per row
+    constexpr int RBK = D/ggml_cuda_turbo_fa_mma_kb<type_K>::qk*sizeof(block_K);  // bytes per row
     constexpr int RBV = NB*sizeof(block_V);
     constexpr bool K4 = type_K == GGML_TYPE_TURBO4_0;  // turbo4 K: the interleaved element order (words, above)
+    constexpr bool K8 = type_K == GGML_TYPE_Q8_0;      // q8_0 K: its int8 values as A, a scale per 32 dims (per k-step)
+    constexpr int  KB = K8 ? 2 : 1;                    // K scales per 64 dims: K.Q's C accumulators per 64-dim block
+    static_assert(!K8 || (D == 128 && !stage && !next_k && !aw), "q8_0 K: hd 128, rows read in their tile");
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
@@ -526,13 +559,20 @@ static __global__ void flash_attn_ext_turbo_mma(
     for (int m = 0; m < NB; ++m) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K, qmax_K>();
+            if constexpr (K8) {
+                qd[m][hh] = sh_qd[2*t + hh][m];  // K's values are the stored int8: no table step
+            } else {
+                qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K, qmax_K>();
+            }
             c0[m][hh] = s7K ? -ggml_cuda_turbo_code7_bias*sh_qs[2*t + hh][m] : 0;
         }
     }
 
     uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes (v_i8: int8 + 128 in tVlo; s7: 7-bit codes, plane 4)
-    ggml_cuda_turbo_fa_mma_table<type_K, s7K ? 4 : 0>(tK, ne00);
+    if constexpr (!K8) {
+        ggml_cuda_turbo_fa_mma_table<type_K, s7K ? 4 : 0>(tK, ne00);
+    }
+    GGML_UNUSED(tK);
     ggml_cuda_turbo_fa_mma_table<type_V, s7V ? 4 : v_i8 ? 3 : 1>(tVlo, ne00);
     if constexpr (!v_i8) {
         ggml_cuda_turbo_fa_mma_table<type_V, 2>(tVhi, ne00);
@@ -646,7 +686,7 @@ static __global__ void flash_attn_ext_turbo_mma(
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
             uint32_t A[NB][2][4];  // [block][j][register]
-            float    dk[2][NB];
+            float    dk[2][NB*KB];  // [rr][the K scale of block m (q8_0: of k-step j of block m, 2m + j)]
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const char * Kr = K_k0 + (2*mt + rr)*nb11_8;
@@ -674,6 +714,17 @@ static __global__ void flash_attn_ext_turbo_mma(
                             }
                         }
                     }
+                } else if constexpr (K8) {  // k-step j of 64-dim block m = q8_0 block 2m + j
+                    uint32_t a[4][2];
+                    ggml_cuda_turbo_fa_mma_q8_words(W, t, a, dk[rr]);
+#pragma unroll
+                    for (int m = 0; m < NB; ++m) {
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            A[m][j][rr + 0] = a[2*m + j][0];
+                            A[m][j][rr + 2] = a[2*m + j][1];
+                        }
+                    }
                 } else {  // elements 16q + 4t .. +3 of block m in v[4m + q] (the decode kernel's K lanes)
                     int   v[D/16];
                     float dkm[NB];
@@ -689,15 +740,18 @@ static __global__ void flash_attn_ext_turbo_mma(
                     }
                 }
             }
-            int C[NB][4];
+            int C[NB][KB][4];  // [block][K scale (q8_0: k-step j)]
 #pragma unroll
             for (int m = 0; m < NB; ++m) {
 #pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    C[m][c] = c0[m][c % 2];  // column (head) 2t + c % 2
+                for (int kb = 0; kb < KB; ++kb) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        C[m][kb][c] = c0[m][c % 2];  // column (head) 2t + c % 2
+                    }
                 }
-                ggml_cuda_turbo_mma_s8(C[m], A[m][0], Bq[m][0]);
-                ggml_cuda_turbo_mma_s8(C[m], A[m][1], Bq[m][1]);
+                ggml_cuda_turbo_mma_s8(C[m][0],      A[m][0], Bq[m][0]);
+                ggml_cuda_turbo_mma_s8(C[m][KB - 1], A[m][1], Bq[m][1]);
             }
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
@@ -707,7 +761,10 @@ static __global__ void flash_attn_ext_turbo_mma(
                     float s = 0.0f;
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
-                        s += (dk[rr][m]*qd[m][hh]) * (float) C[m][2*rr + hh];
+#pragma unroll
+                        for (int kb = 0; kb < KB; ++kb) {
+                            s += (dk[rr][KB*m + kb]*qd[m][hh]) * (float) C[m][kb][2*rr + hh];
+                        }
                     }
                     S[mt][rr][hh] = s + slope[hh]*mval;
                 }
