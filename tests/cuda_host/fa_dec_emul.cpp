@@ -182,6 +182,8 @@ static float turbo_value(const void * row, const int e) {  // element e of a row
     if constexpr (type == GGML_TYPE_Q8_0) {
         const block_q8_0 * b = (const block_q8_0 *) row + e / QK8_0;
         return turbo_host_h2f(b->d) * b->qs[e % QK8_0];
+    } else if constexpr (type == GGML_TYPE_F16) {
+        return turbo_host_h2f(((const half *) row)[e].bits);
     } else {
     typedef ggml_cuda_turbo_traits<type> tt;
     const typename tt::block * b = (const typename tt::block *) row + e / QK_TURBO;
@@ -195,7 +197,7 @@ static float turbo_value(const void * row, const int e) {  // element e of a row
 }
 
 static const char * tname(const ggml_type t) {
-    return t == GGML_TYPE_TURBO4_0 ? "turbo4" : t == GGML_TYPE_TURBO3_0 ? "turbo3" : t == GGML_TYPE_TURBO2_0 ? "turbo2" : t == GGML_TYPE_Q8_0 ? "q8_0" : "?";
+    return t == GGML_TYPE_TURBO4_0 ? "turbo4" : t == GGML_TYPE_TURBO3_0 ? "turbo3" : t == GGML_TYPE_TURBO2_0 ? "turbo2" : t == GGML_TYPE_Q8_0 ? "q8_0" : t == GGML_TYPE_F16 ? "f16" : "?";
 }
 
 struct fa_case {
@@ -221,6 +223,10 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     // dscale: q8_0's d at 1/64 of a turbo block's, so that its values (d q, |q| <= 127) span what the turbo codebooks'
     // do (d c, |c| <= ~2.7) and the scores stay in the range where a softmax is not one-hot
     auto fill = [&](auto * blocks, size_t n, const float dscale) {
+        if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>, half>) {  // f16 K: values in (-2, 2)
+            for (size_t i = 0; i < n; ++i) blocks[i].bits = turbo_host_f2h(2.0f*u(rng));
+            return;
+        } else
         for (size_t i = 0; i < n; ++i) {
             uint8_t * p = (uint8_t *) &blocks[i];
             for (size_t k = 0; k < sizeof(blocks[i]); ++k) p[k] = (uint8_t) byte(rng);
@@ -258,7 +264,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     blockDim = { 32, 4, 1 };
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
-        constexpr bool q8 = tK == GGML_TYPE_Q8_0;  // q8_0 K: the launcher's one configuration, whatever the variant
+        constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 and f16 K: the launcher's configuration, whatever the variant
         constexpr bool st = !q8 && VAR == 5;
         constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
         constexpr bool ev = q8 ? tV == GGML_TYPE_TURBO4_0 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
@@ -356,6 +362,14 @@ static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO3_0, 14>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO2_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    // f16 K (K.Q in the fp16 mma)
+    for (const fa_case & fc : cases) {
+        ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 14>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 14>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO3_0, 14>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 14>(cases[4], rng);
     return ok;
 }
 
@@ -459,8 +473,8 @@ int main() {
     ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 15>(cases[6], rng);
-    // q8_0 K with a turbo V (session 30): K's int8 values as K.Q's A operand, a scale per 32 dims; every case with turbo4
-    // V (its words loaded early), one each with turbo3 and turbo2 V (each row looked up alone)
+    // q8_0 and f16 K with a turbo V (session 30): K's values as K.Q's A operand (q8_0: int8, a scale per 32 dims; f16 in
+    // the fp16 mma); every case with turbo4 V (its words loaded early), one each with turbo3 and turbo2 V
     ok &= run_q8_cases(cases, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);

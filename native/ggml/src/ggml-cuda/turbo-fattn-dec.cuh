@@ -48,11 +48,11 @@ static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
 
 // (hd 256: turbo4 K and V, the tensor-core kernel's variant 15 only, turbo-fattn-mma.cuh; the other variants leave
-// it to the vector kernel. q8_0 K with a turbo V at hd 128: the tensor-core kernel, variants 4 and up; below them the
-// vector kernel)
+// it to the vector kernel. q8_0 or f16 K with a turbo V at hd 128: the tensor-core kernel, variants 4 and up; below them
+// the vector kernel)
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
     return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
-           (D == 128 && type_K == GGML_TYPE_Q8_0 && ggml_cuda_type_is_turbo(type_V)) ||
+           (D == 128 && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 
@@ -669,8 +669,9 @@ static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * 
 // the tensor-core kernel (variant 4) reads rows as 4-byte words: their starts must be 4-byte
 // aligned (turbo4 rows of 128 values are 68 bytes, so the cache's are); it needs sm_80's mma
 static bool ggml_cuda_turbo_fa_mma_ok(const ggml_tensor * t) {
+    const size_t a = t->type == GGML_TYPE_F16 ? 16 : 4;  // f16 K: 16-byte loads (ggml_cuda_turbo_fa_mma_f16_row)
     return ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc) &&
-        ((uintptr_t) t->data % 4) == 0 && t->nb[1] % 4 == 0 && t->nb[2] % 4 == 0 && t->nb[3] % 4 == 0;
+        ((uintptr_t) t->data % a) == 0 && t->nb[1] % a == 0 && t->nb[2] % a == 0 && t->nb[3] % a == 0;
 }
 
 // Heads per block of the tensor-core kernel: the largest of 8, 4, 2 that divides the gqa ratio
@@ -741,7 +742,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
-                if constexpr (type_K == GGML_TYPE_Q8_0) {  // q8_0 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
+                if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
                     if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                     } else {

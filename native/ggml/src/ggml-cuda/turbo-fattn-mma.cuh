@@ -41,10 +41,11 @@
 #pragma once
 
 // hd 256: turbo4 K and V only, a row as two hd-128 halves of 68 bytes (17 words) each, the same word layout at +17
-// words (variant 15, the aligned words without next_k; session 29). q8_0 K with a turbo V (hd 128): K's int8 values
-// are K.Q's A operand as they are stored (ggml_cuda_turbo_fa_mma_q8_words; session 30).
+// words (variant 15, the aligned words without next_k; session 29). q8_0 or f16 K with a turbo V (hd 128, session 30):
+// K's values are K.Q's A operand as they are stored -- q8_0's int8 (ggml_cuda_turbo_fa_mma_q8_words) in the int8 mma,
+// f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row).
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (D == 128 && (ggml_cuda_type_is_turbo(type_K) || type_K == GGML_TYPE_Q8_0) && ggml_cuda_type_is_turbo(type_V)) ||
+    return (D == 128 && (ggml_cuda_type_is_turbo(type_K) || type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 // a K row's blocks: a turbo block of 64 values, or q8_0's of 32 (an fp16 d, then 32 int8 values: 34 bytes, as turbo4's)
@@ -55,6 +56,10 @@ template <ggml_type type> struct ggml_cuda_turbo_fa_mma_kb {
 template <> struct ggml_cuda_turbo_fa_mma_kb<GGML_TYPE_Q8_0> {
     typedef block_q8_0 block;
     static constexpr int qk = QK8_0;
+};
+template <> struct ggml_cuda_turbo_fa_mma_kb<GGML_TYPE_F16> {
+    typedef half block;
+    static constexpr int qk = 1;
 };
 // words of a turbo4 row of 128 values (two 34-byte blocks: 17): the hd-256 row's second half starts this many words on
 static constexpr int ggml_cuda_turbo_fa_mma_half_words = 2*(int) sizeof(ggml_cuda_turbo_traits<GGML_TYPE_TURBO4_0>::block)/4;
@@ -218,6 +223,25 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_words(const uin
     ggml_cuda_turbo_fa_mma_q8_block<1>(W, t, a[1][0], a[1][1], d[1]);
     ggml_cuda_turbo_fa_mma_q8_block<2>(W, t, a[2][0], a[2][1], d[2]);
     ggml_cuda_turbo_fa_mma_q8_block<3>(W, t, a[3][0], a[3][1], d[3]);
+}
+
+// f16 K (hd 128, a 16-byte aligned row of 256 bytes): lane t's 64 bytes, the row's dims 32t .. 32t + 31 as 16 words
+// (w[i]: dims 32t + 2i, + 1), in four 16-byte loads. K.Q's k-step s (16 dims, m16n8k16) takes w[2s] as its A columns
+// 2t, 2t + 1 and w[2s + 1] as its columns 8 + 2t, 9 + 2t: the dims 32t + 4s .. + 3, so Q's B registers of lane (g, t)
+// for the step are Q's dims 32t + 4s .. + 3 of head g (a dot product does not depend on the order of its terms)
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_f16_row(uint32_t (&w)[16], const char * row, const int t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#ifdef GGML_CUDA_TURBO_HOST_CHECK
+        memcpy(w + 4*i, row + 64*t + 16*i, 16);
+#else
+        const uint4 v = *((const uint4 *) (row + 64*t + 16*i));
+        w[4*i + 0] = v.x;
+        w[4*i + 1] = v.y;
+        w[4*i + 2] = v.z;
+        w[4*i + 3] = v.w;
+#endif
+    }
 }
 
 // The K.Q operands of lane t of a K row (turbo4, hd 128, 4-byte aligned start): the raw words it
@@ -417,8 +441,9 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr int RBV = NB*sizeof(block_V);
     constexpr bool K4 = type_K == GGML_TYPE_TURBO4_0;  // turbo4 K: the interleaved element order (words, above)
     constexpr bool K8 = type_K == GGML_TYPE_Q8_0;      // q8_0 K: its int8 values as A, a scale per 32 dims (per k-step)
+    constexpr bool KH = type_K == GGML_TYPE_F16;       // f16 K: K.Q in the fp16 mma, Q as fp16 (no int8 Q, no K scale)
     constexpr int  KB = K8 ? 2 : 1;                    // K scales per 64 dims: K.Q's C accumulators per 64-dim block
-    static_assert(!K8 || (D == 128 && !stage && !next_k && !aw), "q8_0 K: hd 128, rows read in their tile");
+    static_assert(!(K8 || KH) || (D == 128 && !stage && !next_k && !aw), "q8_0 and f16 K: hd 128, rows read in their tile");
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
@@ -454,6 +479,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     }
 
     __shared__ __align__(16) int8_t sh_q[8][D];   // Q (scaled) as int8, 8 columns
+    __shared__ uint32_t sh_qh[KH ? 8 : 1][D/2];     // f16 K: Q (scaled) as half2
     __shared__ float sh_qd[8][NB];                // its scale per 64 dims
     __shared__ int   sh_qs[8][NB];                // s7: the sum of its int8 values per 64 dims
     __shared__ float sh_max[8][nwarps];
@@ -493,6 +519,13 @@ static __global__ void flash_attn_ext_turbo_mma(
             for (int c = 0; c < 4; ++c) {
                 x[c] = h < ng ? scale * ((const float *) (Q + h*nb02))[128*hf + 4*lane + c] : 0.0f;
             }
+            if constexpr (KH) {
+                const half2 x01 = __floats2half2_rn(x[0], x[1]);
+                const half2 x23 = __floats2half2_rn(x[2], x[3]);
+                sh_qh[h][64*hf + 2*lane + 0] = *((const uint32_t *) &x01);
+                sh_qh[h][64*hf + 2*lane + 1] = *((const uint32_t *) &x23);
+                continue;
+            }
             float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
 #pragma unroll
             for (int off = 1; off < 16; off <<= 1) {  // the 16 lanes of one block of 64
@@ -530,7 +563,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     // K types (ggml_cuda_turbo_fa_dec_K's order): b0 = elements 32j + 4t .. +3, b1 = 32j + 16 + 4t .. +3
     uint32_t Bq[NB][2][2];
 #pragma unroll
-    for (int m = 0; m < NB; ++m) {
+    for (int m = 0; m < (KH ? 0 : NB); ++m) {  // (f16 K: Bh below)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             if constexpr (K4 && aw) {  // qs bytes p_k of the word: elements p_k (low nibble) and p_k + 32 (high)
@@ -553,13 +586,24 @@ static __global__ void flash_attn_ext_turbo_mma(
             }
         }
     }
+    uint32_t Bh[KH ? D/16 : 1][2];  // f16 K: B of k-step s = Q's dims 32t + 4s .. + 3 of head g (ggml_cuda_turbo_fa_mma_f16_row)
+    if constexpr (KH) {
+#pragma unroll
+        for (int st = 0; st < D/16; ++st) {
+            Bh[st][0] = sh_qh[g][16*t + 2*st + 0];
+            Bh[st][1] = sh_qh[g][16*t + 2*st + 1];
+        }
+    }
+    GGML_UNUSED(Bh);
     float qd[NB][2];  // scale of Q per block for the C columns 2t, 2t+1, times the int8 table's step
     int   c0[NB][2];  // K.Q's C at the start: 0, or (s7) -64 x the sum of the column's int8 Q values in the block
 #pragma unroll
     for (int m = 0; m < NB; ++m) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            if constexpr (K8) {
+            if constexpr (KH) {
+                qd[m][hh] = 1.0f;  // (not used: K.Q runs in fp16)
+            } else if constexpr (K8) {
                 qd[m][hh] = sh_qd[2*t + hh][m];  // K's values are the stored int8: no table step
             } else {
                 qd[m][hh] = sh_qd[2*t + hh][m] * ggml_cuda_turbo_i8_step<type_K, qmax_K>();
@@ -569,7 +613,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     }
 
     uint32_t tK[4], tVlo[4], tVhi[4];  // int8 centroids of K; fp16 centroids of V, low and high bytes (v_i8: int8 + 128 in tVlo; s7: 7-bit codes, plane 4)
-    if constexpr (!K8) {
+    if constexpr (!K8 && !KH) {
         ggml_cuda_turbo_fa_mma_table<type_K, s7K ? 4 : 0>(tK, ne00);
     }
     GGML_UNUSED(tK);
@@ -685,6 +729,27 @@ static __global__ void flash_attn_ext_turbo_mma(
         float S[2][2][2];  // [mt][rr][hh]
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
+          if constexpr (KH) {  // f16 K: rows g and g + 8 of the k-step as stored, fp16 products summed in fp32
+            uint32_t w[2][16];
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                ggml_cuda_turbo_fa_mma_f16_row(w[rr], K_k0 + (2*mt + rr)*nb11_8, t);
+            }
+            float C[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+            for (int st = 0; st < D/16; ++st) {
+                const uint32_t a[4] = { w[0][2*st], w[1][2*st], w[0][2*st + 1], w[1][2*st + 1] };
+                ggml_cuda_turbo_mma_f16(C, a, Bh[st]);
+            }
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const float mval = maskh ? __half2float(maskh[kw + 16*mt + 8*rr + g]) : 0.0f;
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    S[mt][rr][hh] = C[2*rr + hh] + slope[hh]*mval;
+                }
+            }
+          } else {
             uint32_t A[NB][2][4];  // [block][j][register]
             float    dk[2][NB*KB];  // [rr][the K scale of block m (q8_0: of k-step j of block m, 2m + j)]
 #pragma unroll
@@ -769,6 +834,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                     S[mt][rr][hh] = s + slope[hh]*mval;
                 }
             }
+          }
         }
 
         // ---- online softmax per head (2t, 2t+1): the max over the warp's 32 rows
