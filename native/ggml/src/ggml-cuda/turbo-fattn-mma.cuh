@@ -35,9 +35,14 @@
 // through ggml_cuda_turbo_fa_dec_V_sel, each row looked up alone and the pairs formed after (their
 // 8- and 4-entry tables are one PRMT per 4 values).
 //
-// Covered: head dim 128, every turbo K with every turbo V, rows 4-byte aligned (the host checks the
-// strides; turbo rows of 128 values are 68, 52 and 36 bytes, so the cache's rows are); no logit
-// softcap. Needs the int8/fp16 mma of sm_80+ (ampere_mma_available on the host).
+// q8_0 K (session 30): its int8 values go to K.Q's A as stored (no table), with one C accumulator per 32-dim
+// k-step, since each q8_0 block has its own scale. f16 K: K.Q in the fp16 mma (m16n8k16) against Q as fp16, 8 k-steps,
+// C as the fp32 score. Both with any turbo V, by V's code above.
+//
+// Covered: head dim 128, every turbo K, q8_0 K and f16 K with every turbo V, rows 4-byte aligned (16 for f16 K;
+// the host checks the strides; turbo rows of 128 values are 68, 52 and 36 bytes, q8_0's 136, f16's 256, so the
+// cache's rows are); hd 256 for turbo4 K and V (variant 15); no logit softcap. Needs the int8/fp16 mma of sm_80+
+// (ampere_mma_available on the host).
 #pragma once
 
 // hd 256: turbo4 K and V only, a row as two hd-128 halves of 68 bytes (17 words) each, the same word layout at +17
