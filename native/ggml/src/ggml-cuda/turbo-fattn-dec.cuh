@@ -110,8 +110,9 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      8B shape tg64 @ d0 302.8 -> 303.1 t/s (f16 329.8). The default.
 //  15: 12 with K's words read in their tile, not a tile ahead (no next_k); also hd 256 (turbo4 K and V, a row
 //      as two 68-byte halves: turbo-fattn-mma.cuh), where next_k's registers do not fit beside V's and O's
-//      (250 registers at sm_90, no spills). Emulated (tests/cuda_host/fa_dec_emul.cpp); not yet run on a GPU,
-//      so hd 256 runs it only when asked (GGML_CUDA_TURBO_FA_DEC=15), the vector kernel otherwise (session 29).
+//      (250 registers at sm_90, no spills). Measured (session 30, an H100): test-backend-ops 128 turbo4/turbo4 FA
+//      cases OK; FA alone at hd 256 (1 K/V head, GQA 4, KV 32768) 31.5 us (the vector kernel) -> 17.7; Gemma-3-4B
+//      shape tg64 @ d65536 0.868x -> 1.003x f16. hd 256 runs it for every variant from 4 (0..3: the vector kernel).
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 15;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
@@ -748,10 +749,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     } else {
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     }
-                } else if constexpr (D == 256) {  // variant 15 only, until a GPU run measures it: the vector kernel otherwise
-                    if (var != 15) {
-                        return false;
-                    }
+                } else if constexpr (D == 256) {  // variant 15 for every variant from 4 (session 30: FA alone 31.5 -> 17.7 us on an H100)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
