@@ -100,12 +100,13 @@ cold_start() {
 }
 # serving's largest batch of the 8B shape for K/V at NPP + 128 cells per sequence (llama-batched-bench with -pps: one
 # prompt decoded and copied to every sequence's stream, the same decode steps): the sequences that the card's free
-# memory holds at BPC bytes per cell (all layers, K and V) after the model file and a 3 GiB margin, at most 1024
-# (patch 0011); on a failed start 6 % fewer, three tries at most: largest_batch K/V BPC NPP
+# memory holds at BPC bytes per cell (all layers, K and V; llama.cpp pads each sequence's stream to a multiple of 256
+# cells) after the model file and a 3 GiB margin, at most 1024 (patch 0011); on a failed start 6 % fewer, three tries
+# at most: largest_batch K/V BPC NPP
 largest_batch() {
   local kv=$1 bpc=$2 npp=$3 free n t
   free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
-  n=$(( (free*1048576 - $(stat -c %s /tmp/m8b.gguf) - 3*1073741824) / ((npp + 128)*bpc) ))
+  n=$(( (free*1048576 - $(stat -c %s /tmp/m8b.gguf) - 3*1073741824) / ((npp + 128 + 255)/256*256*bpc) ))
   [ $n -gt 1024 ] && n=1024
   echo "$kv: $free MiB free, $bpc B per cell: $n sequences of $npp + 128"
   for t in 1 2 3; do
