@@ -267,7 +267,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 and f16 K: the launcher's configuration, whatever the variant
         constexpr bool st = !q8 && VAR == 5;
         constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
-        constexpr bool ev = q8 ? tV == GGML_TYPE_TURBO4_0 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
+        constexpr bool ev = q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
         constexpr bool nk = !q8 && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
         constexpr bool v8 = q8 || VAR >= 9;  // V's centroids as int8
         constexpr bool aw = !q8 && VAR >= 11;  // the rows' aligned words
@@ -370,6 +370,15 @@ static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO3_0, 14>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 14>(cases[4], rng);
+    // hd 256 (variant 16, opt-in until a GPU run: V's words read in P.V)
+    for (const fa_case & fc : cases) {
+        ok &= run_case<256, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>(fc, rng);
+        ok &= run_case<256, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 16>(fc, rng);
+    }
+    ok &= run_case<256, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<256, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 16>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<256, GGML_TYPE_Q8_0, GGML_TYPE_TURBO3_0, 16>(cases[6], rng);
+    ok &= run_case<256, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 16>(cases[1], rng);
     return ok;
 }
 

@@ -48,11 +48,11 @@ static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
 
 // (hd 256: turbo4 K and V, the tensor-core kernel's variant 15 only, turbo-fattn-mma.cuh; the other variants leave
-// it to the vector kernel. q8_0 or f16 K with a turbo V at hd 128: the tensor-core kernel, variants 4 and up; below them
-// the vector kernel)
+// it to the vector kernel. q8_0 or f16 K with a turbo V at hd 128 and 256: the tensor-core kernel, variants 4 and up;
+// below them the vector kernel)
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
     return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
-           (D == 128 && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
+           ((D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 
@@ -113,7 +113,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      (250 registers at sm_90, no spills). Measured (session 30, an H100): test-backend-ops 128 turbo4/turbo4 FA
 //      cases OK; FA alone at hd 256 (1 K/V head, GQA 4, KV 32768) 31.5 us (the vector kernel) -> 17.7; Gemma-3-4B
 //      shape tg64 @ d65536 0.868x -> 1.003x f16. hd 256 runs it for every variant from 4 (0..3: the vector kernel).
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 15;
+//  16: q8_0 or f16 K with a turbo V at hd 256 on the tensor-core kernel (V's words read in P.V; 255 registers at sm_90,
+//      no spills). Emulated (tests/cuda_host/fa_dec_emul.cpp); not yet run on a GPU, so hd 256 runs it only when asked,
+//      the vector kernel otherwise (session 30). At hd 128 those pairs take the tensor-core kernel from variant 4 on
+//      (session 30: 296 test-backend-ops cases OK; q8_0/turbo4 FA alone 82.6 -> 32.5 us, f16/turbo4 57.3 -> 34.6).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 16;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -744,7 +748,12 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
-                    if (var == 10) {  // V's words read in P.V, 3 blocks per SM
+                    if constexpr (D == 256) {  // V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM; until a GPU
+                        if (var != 16) {       // run measures it, only when asked (variant 16): the vector kernel otherwise
+                            return false;
+                        }
+                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                    } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                     } else {
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));

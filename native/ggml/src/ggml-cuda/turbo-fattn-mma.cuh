@@ -50,7 +50,8 @@
 // K's values are K.Q's A operand as they are stored -- q8_0's int8 (ggml_cuda_turbo_fa_mma_q8_words) in the int8 mma,
 // f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row).
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (D == 128 && (ggml_cuda_type_is_turbo(type_K) || type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
+    return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+           ((D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 // a K row's blocks: a turbo block of 64 values, or q8_0's of 32 (an fp16 d, then 32 int8 values: 34 bytes, as turbo4's)
@@ -212,9 +213,9 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
     return b % 4 == 0 ? W[b/4] & 0xFFFF : W[b/4] >> 16;
 }
 
-// q8_0 K (hd 128: 4 blocks of 32, 136 bytes, a 4-byte aligned start): K.Q's A registers of lane t for the k-step of
-// block b = its int8 values at qs offsets 4t (a0: A columns 4t..4t+3) and 16 + 4t (a1: columns 16 + 4t..), as stored,
-// and the block's d
+// q8_0 K (hd 128 / 256: 4 / 8 blocks of 32, 136 / 272 bytes, a 4-byte aligned start): K.Q's A registers of lane t for
+// the k-step of block b = its int8 values at qs offsets 4t (a0: A columns 4t..4t+3) and 16 + 4t (a1: columns
+// 16 + 4t..), as stored, and the block's d
 template <int b>
 static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_block(const uint32_t * W, const int t, uint32_t & a0, uint32_t & a1, float & d) {
     a0 = ggml_cuda_turbo_fa_mma_word4<b>(W, 4*t);
@@ -222,25 +223,38 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_block(const uin
     const uint32_t h = ggml_cuda_turbo_fa_mma_scale4<b>(W);
     d = __half2float(*((const half *) &h));
 }
-// the A registers and scales of a row's 4 blocks: a[b][0..1], d[b]
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_words(const uint32_t * W, const int t, uint32_t (&a)[4][2], float (&d)[4]) {
-    ggml_cuda_turbo_fa_mma_q8_block<0>(W, t, a[0][0], a[0][1], d[0]);
-    ggml_cuda_turbo_fa_mma_q8_block<1>(W, t, a[1][0], a[1][1], d[1]);
-    ggml_cuda_turbo_fa_mma_q8_block<2>(W, t, a[2][0], a[2][1], d[2]);
-    ggml_cuda_turbo_fa_mma_q8_block<3>(W, t, a[3][0], a[3][1], d[3]);
+// the A registers and scales of a row's NQ blocks from block b on: a[b][0..1], d[b]
+template <int NQ, int b = 0>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_words(const uint32_t * W, const int t, uint32_t (&a)[NQ][2], float (&d)[NQ]) {
+    if constexpr (b < NQ) {
+        ggml_cuda_turbo_fa_mma_q8_block<b>(W, t, a[b][0], a[b][1], d[b]);
+        ggml_cuda_turbo_fa_mma_q8_words<NQ, b + 1>(W, t, a, d);
+    }
+}
+// turbo4 V without the early loads: the index word at qs offset o and the scale (fp16 bits) of each of a row's NB
+// blocks from block m on (hd 256: 4 blocks, 136 bytes; the blocks lie one after another as at hd 128)
+template <int NB, int m = 0>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_v4_words(const uint32_t * W, const int o, uint32_t (&iw)[NB], uint32_t (&ds)[NB]) {
+    if constexpr (m < NB) {
+        iw[m] = ggml_cuda_turbo_fa_mma_word4<m>(W, o);
+        ds[m] = ggml_cuda_turbo_fa_mma_scale4<m>(W);
+        ggml_cuda_turbo_fa_mma_v4_words<NB, m + 1>(W, o, iw, ds);
+    }
 }
 
-// f16 K (hd 128, a 16-byte aligned row of 256 bytes): lane t's 64 bytes, the row's dims 32t .. 32t + 31 as 16 words
-// (w[i]: dims 32t + 2i, + 1), in four 16-byte loads. K.Q's k-step s (16 dims, m16n8k16) takes w[2s] as its A columns
-// 2t, 2t + 1 and w[2s + 1] as its columns 8 + 2t, 9 + 2t: the dims 32t + 4s .. + 3, so Q's B registers of lane (g, t)
-// for the step are Q's dims 32t + 4s .. + 3 of head g (a dot product does not depend on the order of its terms)
-static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_f16_row(uint32_t (&w)[16], const char * row, const int t) {
+// f16 K (a 16-byte aligned row of 2D bytes): lane t's D/2 bytes, the row's dims (D/4) t .. (D/4) t + D/4 - 1 as D/8
+// words (w[i]: dims (D/4) t + 2i, + 1), in 16-byte loads. K.Q's k-step s (16 dims, m16n8k16) takes w[2s] as its A
+// columns 2t, 2t + 1 and w[2s + 1] as its columns 8 + 2t, 9 + 2t: the dims (D/4) t + 4s .. + 3, so Q's B registers of
+// lane (g, t) for the step are Q's dims (D/4) t + 4s .. + 3 of head g (a dot product does not depend on the order of
+// its terms)
+template <int D>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_f16_row(uint32_t (&w)[D/8], const char * row, const int t) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < D/32; ++i) {
 #ifdef GGML_CUDA_TURBO_HOST_CHECK
-        memcpy(w + 4*i, row + 64*t + 16*i, 16);
+        memcpy(w + 4*i, row + (D/2)*t + 16*i, 16);
 #else
-        const uint4 v = *((const uint4 *) (row + 64*t + 16*i));
+        const uint4 v = *((const uint4 *) (row + (D/2)*t + 16*i));
         w[4*i + 0] = v.x;
         w[4*i + 1] = v.y;
         w[4*i + 2] = v.z;
@@ -448,7 +462,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool K8 = type_K == GGML_TYPE_Q8_0;      // q8_0 K: its int8 values as A, a scale per 32 dims (per k-step)
     constexpr bool KH = type_K == GGML_TYPE_F16;       // f16 K: K.Q in the fp16 mma, Q as fp16 (no int8 Q, no K scale)
     constexpr int  KB = K8 ? 2 : 1;                    // K scales per 64 dims: K.Q's C accumulators per 64-dim block
-    static_assert(!(K8 || KH) || (D == 128 && !stage && !next_k && !aw), "q8_0 and f16 K: hd 128, rows read in their tile");
+    static_assert(!(K8 || KH) || ((D == 128 || D == 256) && !stage && !next_k && !aw), "q8_0 and f16 K: hd 128 or 256, rows read in their tile");
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
@@ -591,12 +605,12 @@ static __global__ void flash_attn_ext_turbo_mma(
             }
         }
     }
-    uint32_t Bh[KH ? D/16 : 1][2];  // f16 K: B of k-step s = Q's dims 32t + 4s .. + 3 of head g (ggml_cuda_turbo_fa_mma_f16_row)
+    uint32_t Bh[KH ? D/16 : 1][2];  // f16 K: B of k-step s = Q's dims (D/4) t + 4s .. + 3 of head g (ggml_cuda_turbo_fa_mma_f16_row)
     if constexpr (KH) {
 #pragma unroll
         for (int st = 0; st < D/16; ++st) {
-            Bh[st][0] = sh_qh[g][16*t + 2*st + 0];
-            Bh[st][1] = sh_qh[g][16*t + 2*st + 1];
+            Bh[st][0] = sh_qh[g][(D/8)*t + 2*st + 0];
+            Bh[st][1] = sh_qh[g][(D/8)*t + 2*st + 1];
         }
     }
     GGML_UNUSED(Bh);
@@ -735,10 +749,10 @@ static __global__ void flash_attn_ext_turbo_mma(
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           if constexpr (KH) {  // f16 K: rows g and g + 8 of the k-step as stored, fp16 products summed in fp32
-            uint32_t w[2][16];
+            uint32_t w[2][D/8];
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
-                ggml_cuda_turbo_fa_mma_f16_row(w[rr], K_k0 + (2*mt + rr)*nb11_8, t);
+                ggml_cuda_turbo_fa_mma_f16_row<D>(w[rr], K_k0 + (2*mt + rr)*nb11_8, t);
             }
             float C[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
@@ -785,8 +799,8 @@ static __global__ void flash_attn_ext_turbo_mma(
                         }
                     }
                 } else if constexpr (K8) {  // k-step j of 64-dim block m = q8_0 block 2m + j
-                    uint32_t a[4][2];
-                    ggml_cuda_turbo_fa_mma_q8_words(W, t, a, dk[rr]);
+                    uint32_t a[2*NB][2];
+                    ggml_cuda_turbo_fa_mma_q8_words<2*NB>(W, t, a, dk[rr]);
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
 #pragma unroll
@@ -810,30 +824,51 @@ static __global__ void flash_attn_ext_turbo_mma(
                     }
                 }
             }
-            int C[NB][KB][4];  // [block][K scale (q8_0: k-step j)]
+            // K.Q's int32 C per block m (q8_0: per k-step), scaled into the fp32 scores: sacc[rr][hh] sums the blocks in
+            // the order m, then k-step; q8_0 K at hd 256 (fold) adds each block's C as soon as its mma is done (8 k-steps
+            // of C would not fit beside O's 16 m-tiles), the others after all of them (the register allocation measured
+            // on the GPU), the same floats
+            constexpr bool fold = K8 && D == 256;
+            float sacc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
+            int C[fold ? 1 : NB][KB][4];  // [block][K scale (q8_0: k-step j)]
 #pragma unroll
             for (int m = 0; m < NB; ++m) {
+                const int mc = fold ? 0 : m;
 #pragma unroll
                 for (int kb = 0; kb < KB; ++kb) {
 #pragma unroll
                     for (int c = 0; c < 4; ++c) {
-                        C[m][kb][c] = c0[m][c % 2];  // column (head) 2t + c % 2
+                        C[mc][kb][c] = c0[m][c % 2];  // column (head) 2t + c % 2
                     }
                 }
-                ggml_cuda_turbo_mma_s8(C[m][0],      A[m][0], Bq[m][0]);
-                ggml_cuda_turbo_mma_s8(C[m][KB - 1], A[m][1], Bq[m][1]);
+                ggml_cuda_turbo_mma_s8(C[mc][0],      A[m][0], Bq[m][0]);
+                ggml_cuda_turbo_mma_s8(C[mc][KB - 1], A[m][1], Bq[m][1]);
+                if constexpr (fold) {
+#pragma unroll
+                    for (int rr = 0; rr < 2; ++rr) {
+#pragma unroll
+                        for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+                            for (int kb = 0; kb < KB; ++kb) {
+                                sacc[rr][hh] += (dk[rr][KB*m + kb]*qd[m][hh]) * (float) C[0][kb][2*rr + hh];
+                            }
+                        }
+                    }
+                }
             }
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const float mval = next_k ? __half2float(*((const half *) &Mc[mt][rr])) : maskh ? __half2float(maskh[kw + 16*mt + 8*rr + g]) : 0.0f;
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
-                    float s = 0.0f;
+                    float s = sacc[rr][hh];
+                    if constexpr (!fold) {
 #pragma unroll
-                    for (int m = 0; m < NB; ++m) {
+                        for (int m = 0; m < NB; ++m) {
 #pragma unroll
-                        for (int kb = 0; kb < KB; ++kb) {
-                            s += (dk[rr][KB*m + kb]*qd[m][hh]) * (float) C[m][kb][2*rr + hh];
+                            for (int kb = 0; kb < KB; ++kb) {
+                                s += (dk[rr][KB*m + kb]*qd[m][hh]) * (float) C[m][kb][2*rr + hh];
+                            }
                         }
                     }
                     S[mt][rr][hh] = s + slope[hh]*mval;
@@ -909,11 +944,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                             ds[r][2*hf + 1] = Vw[mt][rp][r][hf][4] >> 16;
                         }
                     } else if constexpr (V4) {
-                        static_assert(NH == 1, "hd 256: the aligned-word (early V) variants");
-                        iw[r][0] = ggml_cuda_turbo_fa_mma_word4<0>(W, 4*g);
-                        iw[r][1] = ggml_cuda_turbo_fa_mma_word4<1>(W, 4*g);
-                        ds[r][0] = ggml_cuda_turbo_fa_mma_scale4<0>(W);
-                        ds[r][1] = ggml_cuda_turbo_fa_mma_scale4<1>(W);
+                        ggml_cuda_turbo_fa_mma_v4_words<NB>(W, 4*g, iw[r], ds[r]);
                     } else {
 #pragma unroll
                         for (int m = 0; m < NB; ++m) {
