@@ -270,7 +270,7 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         constexpr bool ev = q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
         constexpr bool nk = !q8 && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
         constexpr bool v8 = q8 || VAR >= 9;  // V's centroids as int8
-        constexpr bool aw = !q8 && VAR >= 11;  // the rows' aligned words
+        constexpr bool aw = q8 ? VAR == 17 && tK == GGML_TYPE_Q8_0 && tV == GGML_TYPE_TURBO4_0 && D == 128 : VAR >= 11;  // the rows' aligned words
         constexpr int  s7 = q8 ? 0 : VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
         constexpr bool kf = !q8 && VAR == 14;  // the first tile's K words before Q
         kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> :
@@ -370,6 +370,12 @@ static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO3_0, 14>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 14>(cases[4], rng);
+    // q8_0 K and turbo4 V read as aligned words (variant 17, opt-in until a GPU run): every case
+    for (const fa_case & fc : cases) {
+        ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 17>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 17>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 17>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     // hd 256 (variant 16, opt-in until a GPU run: V's words read in P.V)
     for (const fa_case & fc : cases) {
         ok &= run_case<256, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>(fc, rng);

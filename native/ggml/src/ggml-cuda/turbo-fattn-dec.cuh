@@ -117,7 +117,10 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      no spills). Emulated (tests/cuda_host/fa_dec_emul.cpp); not yet run on a GPU, so hd 256 runs it only when asked,
 //      the vector kernel otherwise (session 30). At hd 128 those pairs take the tensor-core kernel from variant 4 on
 //      (session 30: 296 test-backend-ops cases OK; q8_0/turbo4 FA alone 82.6 -> 32.5 us, f16/turbo4 57.3 -> 34.6).
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 16;
+//  17: q8_0 K with turbo4 V at hd 128 read as aligned words, both sides (ggml_cuda_turbo_fa_mma_q8_words_aw: 12 loads
+//      a K row and lane instead of 16), 3 blocks per SM (149 registers at sm_90, no spills; the default's 202 allow 2).
+//      Emulated, not yet run on a GPU, so only when asked (session 30). Other pairs: their default.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 17;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -755,6 +758,10 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                    } else if (var == 17 && type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {  // q8_0's and turbo4's aligned words
+                        if constexpr (type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, false, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                        }
                     } else {
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     }

@@ -231,6 +231,30 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_words(const uin
         ggml_cuda_turbo_fa_mma_q8_words<NQ, b + 1>(W, t, a, d);
     }
 }
+// q8_0 K at hd 128 read as aligned words (variant 17): an odd block's qs start on a word (byte 36 of the row: block 1,
+// 104: block 3), an even block's 2 bytes past one (block 0: 2, block 2: 70), as turbo4's block 0. There lane t takes the
+// aligned words holding qs bytes 2 + 4t .. (a0) and 18 + 4t .. (a1); lane 3's second word holds qs bytes 30, 31 and the
+// next block's d, so one PRMT with the block's first word (d, qs 0, 1; sel = ggml_cuda_turbo_fa_mma_aw_sel(t == 3))
+// makes it qs 30, 31, 0, 1 (K.Q's columns then hold the qs bytes ggml_cuda_turbo_fa_mma_qs_pos gives, and Q's B the
+// same). The scales come from the words the reads share: 12 loads a row and lane instead of 16, 2 PRMT instead of 4.
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_q8_words_aw(const uint32_t * W, const int t, const uint32_t sel_aw,
+        uint32_t (&a)[4][2], float (&d)[4]) {
+    const uint32_t * Wt = W + t;
+    const uint32_t w0 = W[0], w8 = W[8], w17 = W[17], w25 = W[25];  // d0 | qs0 qs1; qs 30 31 | d1; d2 | qs0 qs1; qs 30 31 | d3
+    a[0][0] = Wt[1];
+    a[0][1] = __byte_perm(w0, Wt[5], sel_aw);
+    a[1][0] = Wt[9];
+    a[1][1] = Wt[13];
+    a[2][0] = Wt[18];
+    a[2][1] = __byte_perm(w17, Wt[22], sel_aw);
+    a[3][0] = Wt[26];
+    a[3][1] = Wt[30];
+    const uint32_t h[4] = { w0 & 0xFFFF, w8 >> 16, w17 & 0xFFFF, w25 >> 16 };
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        d[b] = __half2float(*((const half *) &h[b]));
+    }
+}
 // turbo4 V without the early loads: the index word at qs offset o and the scale (fp16 bits) of each of a row's NB
 // blocks from block m on (hd 256: 4 blocks, 136 bytes; the blocks lie one after another as at hd 128)
 template <int NB, int m = 0>
@@ -462,9 +486,9 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool K8 = type_K == GGML_TYPE_Q8_0;      // q8_0 K: its int8 values as A, a scale per 32 dims (per k-step)
     constexpr bool KH = type_K == GGML_TYPE_F16;       // f16 K: K.Q in the fp16 mma, Q as fp16 (no int8 Q, no K scale)
     constexpr int  KB = K8 ? 2 : 1;                    // K scales per 64 dims: K.Q's C accumulators per 64-dim block
-    static_assert(!(K8 || KH) || ((D == 128 || D == 256) && !stage && !next_k && !aw), "q8_0 and f16 K: hd 128 or 256, rows read in their tile");
+    static_assert(!(K8 || KH) || ((D == 128 || D == 256) && !stage && !next_k && (!aw || (K8 && D == 128))), "q8_0 and f16 K: hd 128 or 256, rows read in their tile (q8_0 at hd 128: aligned words too)");
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
-    static_assert(!aw || (K4 && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load): turbo4 K and V, V loaded early");
+    static_assert(!aw || ((K4 || type_K == GGML_TYPE_Q8_0) && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load, _q8_words_aw): turbo4 or q8_0 K, turbo4 V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
     static_assert(!k_first || next_k, "the first tile's K words early (k_first): the next-tile K registers (next_k)");
     constexpr bool s7K = s7 & 1;
@@ -594,6 +618,17 @@ static __global__ void flash_attn_ext_turbo_mma(
                 }
                 Bq[m][j][0] = b[0];
                 Bq[m][j][1] = b[1];
+            } else if constexpr (K8 && aw) {  // block 2m + j; an even block's words start 2 bytes into its qs (ggml_cuda_turbo_fa_mma_q8_words_aw)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    uint32_t b = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int p = 64*m + 32*j + (j == 0 ? ggml_cuda_turbo_fa_mma_qs_pos<true>(0, h, t, k) : 16*h + 4*t + k);
+                        b |= (uint32_t) (uint8_t) sh_q[g][p] << (8*k);
+                    }
+                    Bq[m][j][h] = b;
+                }
             } else if constexpr (K4) {
                 const uint32_t lo = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j]);
                 const uint32_t hi = *((const uint32_t *) &sh_q[g][64*m + 4*t + 16*j + 32]);
@@ -800,7 +835,11 @@ static __global__ void flash_attn_ext_turbo_mma(
                     }
                 } else if constexpr (K8) {  // k-step j of 64-dim block m = q8_0 block 2m + j
                     uint32_t a[2*NB][2];
-                    ggml_cuda_turbo_fa_mma_q8_words<2*NB>(W, t, a, dk[rr]);
+                    if constexpr (aw) {
+                        ggml_cuda_turbo_fa_mma_q8_words_aw(W, t, sel_k_aw, a, dk[rr]);
+                    } else {
+                        ggml_cuda_turbo_fa_mma_q8_words<2*NB>(W, t, a, dk[rr]);
+                    }
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
 #pragma unroll
