@@ -1,6 +1,7 @@
 # prepared in session 30 for the next device session (cold; CALL_LIMIT=N plans for N s): session 30's kernels checked
 # where no GPU has run them yet. (1) test-backend-ops with GGML_CUDA_TURBO_FA_DEC=16 on every FLASH_ATTN_EXT case with
-# q8_0 or f16 K and a turbo V (16 adds hd 256 to hd 128's tensor-core path for those pairs); (2) FA alone at hd 256
+# q8_0 or f16 K and a turbo V (16 adds hd 256 to hd 128's tensor-core path for those pairs), and with 17 (q8_0 K and
+# turbo4 V as aligned words) on every q8_0/turbo4 case; (2) FA alone at hd 256
 # (1 K/V head, GQA 4, KV 32768) for q8_0/turbo4 and f16/turbo4, DEC 0 (the vector kernel) against 16, three rounds,
 # and the copy bandwidth of this run; (3) the decode path's logits in llama-perplexity (-ub 1: every token a one-query
 # FA call; 2 chunks of 512 of generated text), KLD of the tensor-core kernels against the vector kernel's logits, and
@@ -12,6 +13,8 @@ SHAPE=gemma-3-4b bash scripts/gpu/roofline.sh model /tmp/g3.gguf > $OUT/model-g3
 cold_start
 GGML_CUDA_TURBO_FA_DEC=16 timeout 150 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p 'type_K=(q8_0|f16),type_V=turbo' > $OUT/tbo-dec16.txt 2>&1; echo "tbo DEC=16 rc $?"
 bash scripts/gpu/tbo_summary.sh $OUT/tbo-dec16.txt | grep FLASH | tee $OUT/tbo-dec16-summary.txt; tail -2 $OUT/tbo-dec16.txt
+GGML_CUDA_TURBO_FA_DEC=17 timeout 100 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p 'type_K=q8_0,type_V=turbo4' > $OUT/tbo-dec17.txt 2>&1; echo "tbo DEC=17 rc $?"
+bash scripts/gpu/tbo_summary.sh $OUT/tbo-dec17.txt | grep FLASH | tee $OUT/tbo-dec17-summary.txt
 { [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -2 $OUT/copy-bandwidth.txt
 P='hsk=256,hsv=256,nh=1,nr23=\[4,1\],kv=32768,nb=1,.*type_K=(q8_0|f16),type_V=turbo4,'
 F='hsk=256,hsv=256,nh=1,nr23=\[4,1\],kv=32768,nb=1,.*type_K=(f16|q8_0|turbo4),type_V=(f16|q8_0|turbo4),'
