@@ -47,13 +47,20 @@
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
 
-// (hd 256: turbo4 K and V, the tensor-core kernel's variant 15 only, turbo-fattn-mma.cuh; the other variants leave
-// it to the vector kernel. q8_0 or f16 K with a turbo V at hd 128 and 256: the tensor-core kernel, variants 4 and up;
-// below them the vector kernel)
-static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+// the shapes of the tensor-core kernel (turbo-fattn-mma.cuh): hd 128 for every turbo K and V; q8_0 or f16 K with a turbo
+// V at hd 128 and 256 (K's values as K.Q's A operand as stored -- q8_0's int8 (ggml_cuda_turbo_fa_mma_q8_words) in the
+// int8 mma, f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row); session 30); hd 256 for turbo4 K
+// and V, a row as two hd-128 halves of 68 bytes (17 words), the same word layout 17 words on (variant 15, session 29)
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
+    return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
            ((D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
+}
+// the shapes a decode kernel of this file covers: variants 1..3 at hd 64 and 128 for turbo K and V, and the tensor-core
+// kernel's (variants 4 and up; where a variant does not take a shape the vector kernel runs)
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
+    return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+           ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V);
 }
 
 // Variants (GGML_CUDA_TURBO_FA_DEC=1..8, one build measures all; docs/CUDA.md "session 11", "session 12"):

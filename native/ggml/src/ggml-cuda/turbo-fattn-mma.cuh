@@ -45,15 +45,9 @@
 // (ampere_mma_available on the host).
 #pragma once
 
-// hd 256: turbo4 K and V only, a row as two hd-128 halves of 68 bytes (17 words) each, the same word layout at +17
-// words (variant 15, the aligned words without next_k; session 29). q8_0 or f16 K with a turbo V (hd 128, session 30):
-// K's values are K.Q's A operand as they are stored -- q8_0's int8 (ggml_cuda_turbo_fa_mma_q8_words) in the int8 mma,
-// f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row).
-static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
-           ((D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
-           (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
-}
+// (ggml_cuda_turbo_fa_mma_supported, the shapes this kernel covers, is in turbo-fattn-dec.cuh: the decode kernels'
+// own list is built from it)
+
 // a K row's blocks: a turbo block of 64 values, or q8_0's of 32 (an fp16 d, then 32 int8 values: 34 bytes, as turbo4's)
 template <ggml_type type> struct ggml_cuda_turbo_fa_mma_kb {
     typedef typename ggml_cuda_turbo_traits<type>::block block;
