@@ -265,13 +265,15 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
         constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 and f16 K: the launcher's configuration, whatever the variant
+        constexpr bool h64 = VAR == 18;  // hd 64, every pair: rows in their tile (2-byte loads), int8 V, no early V, no aligned words
+        static_assert(h64 == (D == 64), "hd 64: variant 18 (the tensor-core kernel's one configuration there)");
         constexpr bool st = !q8 && VAR == 5;
-        constexpr int  mb = VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
-        constexpr bool ev = q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
-        constexpr bool nk = !q8 && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
+        constexpr int  mb = VAR == 6 || VAR == 10 || h64 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
+        constexpr bool ev = h64 ? false : q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
+        constexpr bool nk = !q8 && !h64 && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
         constexpr bool v8 = q8 || VAR >= 9;  // V's centroids as int8
-        constexpr bool aw = q8 ? VAR == 17 && tK == GGML_TYPE_Q8_0 && tV == GGML_TYPE_TURBO4_0 && D == 128 : VAR >= 11;  // the rows' aligned words
-        constexpr int  s7 = q8 ? 0 : VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
+        constexpr bool aw = h64 ? false : q8 ? VAR == 17 && tK == GGML_TYPE_Q8_0 && tV == GGML_TYPE_TURBO4_0 && D == 128 : VAR >= 11;  // the rows' aligned words
+        constexpr int  s7 = q8 || h64 ? 0 : VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
         constexpr bool kf = !q8 && VAR == 14;  // the first tile's K words before Q
         kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> :
                  G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7, kf> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7, kf>;
@@ -388,6 +390,31 @@ static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     return ok;
 }
 
+// hd 64 on the tensor-core kernel (variant 18, opt-in until a GPU run): a row is one block at a 2-byte aligned start
+// (the contiguous cases: every other row; the cache's layout, cells: every other head), every pair
+static bool run_hd64_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
+    bool ok = true;
+    for (const fa_case & fc : cases) {
+        ok &= run_case<64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 18>(fc, rng);
+    }
+    ok &= run_case<64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 18>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 18>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 18>({ 256, 3, 3, 1, 1, true, false, 8.0f, true }, rng);
+    ok &= run_case<64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 18>(cases[6], rng);
+    ok &= run_case<64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 18>(cases[1], rng);
+    ok &= run_case<64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 18>(cases[6], rng);
+    ok &= run_case<64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 18>(cases[6], rng);
+    ok &= run_case<64, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 18>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO4_0, 18>(cases[4], rng);
+    for (const fa_case & fc : { cases[1], cases[6], fa_case{ 512, 2, 7, 2, 2, true, true, 0.0f, true } }) {
+        ok &= run_case<64, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 18>(fc, rng);
+        ok &= run_case<64, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 18>(fc, rng);
+    }
+    ok &= run_case<64, GGML_TYPE_Q8_0, GGML_TYPE_TURBO3_0, 18>(cases[6], rng);
+    ok &= run_case<64, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 18>(cases[0], rng);
+    return ok;
+}
+
 int main() {
     std::mt19937 rng(26);
     bool ok = true;
@@ -402,8 +429,8 @@ int main() {
         { 256, 1, 4, 1, 1, false, false, 0.0f },
         { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
     };
-    if (!all && strcmp(only, "q8") == 0) {
-        ok = run_q8_cases(cases, rng);
+    if (!all && (strcmp(only, "q8") == 0 || strcmp(only, "18") == 0)) {
+        ok = strcmp(only, "q8") == 0 ? run_q8_cases(cases, rng) : run_hd64_cases(cases, rng);
         printf("%s\n", ok ? "all OK" : "FAILURES");
         return ok ? 0 : 1;
     }
@@ -491,6 +518,7 @@ int main() {
     // q8_0 and f16 K with a turbo V (session 30): K's values as K.Q's A operand (q8_0: int8, a scale per 32 dims; f16 in
     // the fp16 mma); every case with turbo4 V (its words loaded early), one each with turbo3 and turbo2 V
     ok &= run_q8_cases(cases, rng);
+    ok &= run_hd64_cases(cases, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[1], rng);  // int8 V (VAR 10), its words read in P.V (no early V)

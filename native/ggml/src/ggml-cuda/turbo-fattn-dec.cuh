@@ -52,8 +52,8 @@ static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwar
 // int8 mma, f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row); session 30); hd 256 for turbo4 K
 // and V, a row as two hd-128 halves of 68 bytes (17 words), the same word layout 17 words on (variant 15, session 29)
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return (D == 128 && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
-           ((D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
+    return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
+           ((D == 64 || D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
            (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
 }
 // the shapes a decode kernel of this file covers: variants 1..3 at hd 64 and 128 for turbo K and V, and the tensor-core
@@ -127,7 +127,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //  17: q8_0 K with turbo4 V at hd 128 read as aligned words, both sides (ggml_cuda_turbo_fa_mma_q8_words_aw: 12 loads
 //      a K row and lane instead of 16), 3 blocks per SM (149 registers at sm_90, no spills; the default's 202 allow 2).
 //      Emulated, not yet run on a GPU, so only when asked (session 30). Other pairs: their default.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 17;
+//  18: hd 64 on the tensor-core kernel, every turbo pair and q8_0 / f16 K with a turbo V (a row is one block whose start
+//      is 2-byte aligned: turbo4's index words from two 2-byte loads, ggml_cuda_turbo_fa_mma_word2), rows read in their
+//      tile, V as int8 centroids, 4 blocks per SM. Emulated, not yet run on a GPU, so only when asked (session 31): hd 64
+//      runs variant 1 (turbo K) or the vector kernel otherwise. Other shapes: their default.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 18;
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -684,7 +688,9 @@ static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * 
 // the tensor-core kernel (variant 4) reads rows as 4-byte words: their starts must be 4-byte
 // aligned (turbo4 rows of 128 values are 68 bytes, so the cache's are); it needs sm_80's mma
 static bool ggml_cuda_turbo_fa_mma_ok(const ggml_tensor * t) {
-    const size_t a = t->type == GGML_TYPE_F16 ? 16 : 4;  // f16 K: 16-byte loads (ggml_cuda_turbo_fa_mma_f16_row)
+    // f16 K: 16-byte loads (ggml_cuda_turbo_fa_mma_f16_row); turbo rows of 64 values: 2-byte loads (ggml_cuda_turbo_fa_mma_word2,
+    // ggml_cuda_turbo_fa_dec_K / _V_sel); else 4-byte words
+    const size_t a = t->type == GGML_TYPE_F16 ? 16 : t->ne[0] == 64 && ggml_cuda_type_is_turbo(t->type) ? 2 : 4;
     return ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc) &&
         ((uintptr_t) t->data % a) == 0 && t->nb[1] % a == 0 && t->nb[2] % a == 0 && t->nb[3] % a == 0;
 }
@@ -754,10 +760,20 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
         return false;
     }
+    if constexpr (D == 64) {  // the tensor-core kernel at hd 64 (variant 18): until a GPU run measures it, only when asked;
+        if (var != 18) {      // variant 1 (turbo K; 2 and 3 as asked) or the vector kernel (q8_0 and f16 K) otherwise, as before
+            if constexpr (!ggml_cuda_type_is_turbo(type_K)) {
+                return false;
+            }
+            var = var >= 4 ? 1 : var;
+        }
+    }
     if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
-                if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
+                if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
                     if constexpr (D == 256) {  // V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM; until a GPU
                         if (var != 16) {       // run measures it, only when asked (variant 16): the vector kernel otherwise
                             return false;
@@ -784,8 +800,10 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 3, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                         } else if (var == 12) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                        } else {
+                        } else if (var == 13) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 1>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                        } else {  // 16 on: variants of other shapes; this one's default, 14
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, true, true, true, 3, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                         }
                     }
                 } else if (var == 11 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {

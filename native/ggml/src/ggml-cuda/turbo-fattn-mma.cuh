@@ -207,6 +207,15 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
     return b % 4 == 0 ? W[b/4] & 0xFFFF : W[b/4] >> 16;
 }
 
+// hd 64 (variant 18): a row is one turbo block whose start is only 2-byte aligned (34, 26, 18 bytes: the cache puts head h
+// of a cell at h such rows, so every odd head of turbo4 starts 2 bytes past a word). The turbo4 index word at qs offset o
+// (o % 4 == 0) of the block at blk, from two 2-byte loads: the same 4 bytes ggml_cuda_turbo_fa_mma_word4 gives at hd 128,
+// at any 2-byte aligned start and without reading past the block
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_word2(const char * blk, const int o) {
+    const uint16_t * h = (const uint16_t *) (blk + 2 + o);
+    return (uint32_t) h[0] | (uint32_t) h[1] << 16;
+}
+
 // q8_0 K (hd 128 / 256: 4 / 8 blocks of 32, 136 / 272 bytes, a 4-byte aligned start): K.Q's A registers of lane t for
 // the k-step of block b = its int8 values at qs offsets 4t (a0: A columns 4t..4t+3) and 16 + 4t (a1: columns
 // 16 + 4t..), as stored, and the block's d
@@ -471,7 +480,7 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr int NB     = D/64;   // turbo blocks per row
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     constexpr int NM     = D/16;   // P.V m-tiles (16 dims each)
-    constexpr int NH     = D/128;  // turbo4 rows: 68-byte halves (hd 256: 2)
+    constexpr int NH     = D >= 128 ? D/128 : 1;  // turbo4 rows: 68-byte halves (hd 256: 2; hd 64: a 34-byte row, read by ggml_cuda_turbo_fa_mma_word2)
     typedef typename ggml_cuda_turbo_fa_mma_kb<type_K>::block block_K;
     typedef typename ggml_cuda_turbo_traits<type_V>::block block_V;
     constexpr int RBK = D/ggml_cuda_turbo_fa_mma_kb<type_K>::qk*sizeof(block_K);  // bytes per row
@@ -480,7 +489,8 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool K8 = type_K == GGML_TYPE_Q8_0;      // q8_0 K: its int8 values as A, a scale per 32 dims (per k-step)
     constexpr bool KH = type_K == GGML_TYPE_F16;       // f16 K: K.Q in the fp16 mma, Q as fp16 (no int8 Q, no K scale)
     constexpr int  KB = K8 ? 2 : 1;                    // K scales per 64 dims: K.Q's C accumulators per 64-dim block
-    static_assert(!(K8 || KH) || ((D == 128 || D == 256) && !stage && !next_k && (!aw || (K8 && D == 128))), "q8_0 and f16 K: hd 128 or 256, rows read in their tile (q8_0 at hd 128: aligned words too)");
+    static_assert(!(K8 || KH) || (!stage && !next_k && (!aw || (K8 && D == 128))), "q8_0 and f16 K: rows read in their tile (q8_0 at hd 128: aligned words too)");
+    static_assert(D != 64 || (!stage && !early_v && !next_k && !aw && s7 == 0), "hd 64: rows read in their tile, 2 bytes at a time (ggml_cuda_turbo_fa_mma_word2)");
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     static_assert(!aw || ((K4 || type_K == GGML_TYPE_Q8_0) && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load, _q8_words_aw): turbo4 or q8_0 K, turbo4 V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
@@ -547,20 +557,23 @@ static __global__ void flash_attn_ext_turbo_mma(
         }
     }
     // Q to int8 per 64 dims (one turbo block): warp w takes columns w and w + 4, lane l values 128 hf + 4l..4l+3 of
-    // each 128 (hf < NH)
+    // each 128 (hf < NH; hd 64: lanes 0..15)
+    const bool q_in = D >= 128 || 4*lane < D;
     for (int h = warp; h < 8; h += nwarps) {
 #pragma unroll
         for (int hf = 0; hf < NH; ++hf) {
             float x[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-                x[c] = h < ng ? scale * ((const float *) (Q + h*nb02))[128*hf + 4*lane + c] : 0.0f;
+                x[c] = h < ng && q_in ? scale * ((const float *) (Q + h*nb02))[128*hf + 4*lane + c] : 0.0f;
             }
             if constexpr (KH) {
                 const half2 x01 = __floats2half2_rn(x[0], x[1]);
                 const half2 x23 = __floats2half2_rn(x[2], x[3]);
-                sh_qh[h][64*hf + 2*lane + 0] = *((const uint32_t *) &x01);
-                sh_qh[h][64*hf + 2*lane + 1] = *((const uint32_t *) &x23);
+                if (q_in) {
+                    sh_qh[h][64*hf + 2*lane + 0] = *((const uint32_t *) &x01);
+                    sh_qh[h][64*hf + 2*lane + 1] = *((const uint32_t *) &x23);
+                }
                 continue;
             }
             float amax = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
@@ -578,14 +591,16 @@ static __global__ void flash_attn_ext_turbo_mma(
                 q |= (uint32_t) (uint8_t) (int8_t) qc << (8*c);
                 qsum += qc;
             }
-            *((uint32_t *) &sh_q[h][128*hf + 4*lane]) = q;
+            if (q_in) {
+                *((uint32_t *) &sh_q[h][128*hf + 4*lane]) = q;
+            }
             if constexpr (s7K) {
 #pragma unroll
                 for (int off = 1; off < 16; off <<= 1) {
                     qsum += __shfl_xor_sync(0xFFFFFFFF, qsum, off, WARP_SIZE);
                 }
             }
-            if (lane % 16 == 0) {
+            if (lane % 16 == 0 && q_in) {
                 sh_qd[h][2*hf + lane/16] = d;
                 if constexpr (s7K) {
                     sh_qs[h][2*hf + lane/16] = qsum;
@@ -806,7 +821,12 @@ static __global__ void flash_attn_ext_turbo_mma(
                 const uint32_t * W = stage ? (const uint32_t *) (sK + (16*mt + 8*rr + g)*SL + ((uintptr_t) Kr & 15)) : (const uint32_t *) Kr;
                 if constexpr (K4) {
                     uint32_t w[NB][2];
-                    if constexpr (next_k) {
+                    if constexpr (D == 64) {  // one block, 2-byte aligned: the words at qs offsets 4t and 4t + 16, and d
+                        const char * Kb = (const char *) W;
+                        w[0][0] = ggml_cuda_turbo_fa_mma_word2(Kb, 4*t);
+                        w[0][1] = ggml_cuda_turbo_fa_mma_word2(Kb, 4*t + 16);
+                        dk[rr][0] = __half2float(*((const half *) Kb));
+                    } else if constexpr (next_k) {
                         ggml_cuda_turbo_fa_mma_k4_unpack<aw, NH>(w, dk[rr], Kc[mt][rr], sel_k_aw);
                     } else {
                         uint32_t r[NH][KNW];
@@ -976,6 +996,9 @@ static __global__ void flash_attn_ext_turbo_mma(
                             ds[r][2*hf + 0] = Vw[mt][rp][r][hf][3] & 0xFFFF;
                             ds[r][2*hf + 1] = Vw[mt][rp][r][hf][4] >> 16;
                         }
+                    } else if constexpr (V4 && D == 64) {  // one block, 2-byte aligned
+                        iw[r][0] = ggml_cuda_turbo_fa_mma_word2(Vr, 4*g);
+                        ds[r][0] = *((const uint16_t *) Vr);
                     } else if constexpr (V4) {
                         ggml_cuda_turbo_fa_mma_v4_words<NB>(W, 4*g, iw[r], ds[r]);
                     } else {
