@@ -41,7 +41,8 @@
 //
 // Covered: head dim 128, every turbo K, q8_0 K and f16 K with every turbo V, rows 4-byte aligned (16 for f16 K;
 // the host checks the strides; turbo rows of 128 values are 68, 52 and 36 bytes, q8_0's 136, f16's 256, so the
-// cache's rows are); hd 256 for turbo4 K and V (variant 15); no logit softcap. Needs the int8/fp16 mma of sm_80+
+// cache's rows are); hd 256 for turbo4 K and V (variant 15; q8_0 / f16 K: 16); hd 64 for the same pairs as hd 128
+// (variant 18: a turbo row is one block at a 2-byte aligned start, read 2 bytes at a time); no logit softcap. Needs the int8/fp16 mma of sm_80+
 // (ampere_mma_available on the host).
 #pragma once
 
