@@ -131,7 +131,17 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      is 2-byte aligned: turbo4's index words from two 2-byte loads, ggml_cuda_turbo_fa_mma_word2), rows read in their
 //      tile, V as int8 centroids, 4 blocks per SM. Emulated, not yet run on a GPU, so only when asked (session 31): hd 64
 //      runs variant 1 (turbo K) or the vector kernel otherwise. Other shapes: their default.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 18;
+//  19: turbo3 K and V as index words (t3 in turbo-fattn-mma.cuh: 8 fields of a row's elements in one word of nibbles, as a
+//      turbo4 index word holds them: per 8 values 6 ALU instructions and one PRMT lookup per 4 instead of two
+//      ggml_cuda_turbo3_sel4_rows and masked lookups), at hd 64 (18's code) and 128 (10's code, 4 blocks per SM; q8_0 and
+//      f16 K with turbo3 V: their code); pairs with turbo3 K or V. Emulated, not yet run on a GPU, so only when asked
+//      (session 31). Other pairs: their default (hd 64: 18).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 19;
+
+// the pairs variant 19 changes: turbo3 K or V
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t3(const ggml_type type_K, const ggml_type type_V) {
+    return type_K == GGML_TYPE_TURBO3_0 || type_V == GGML_TYPE_TURBO3_0;
+}
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -727,15 +737,15 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
 }
 
 template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false, bool v_i8 = false,
-          bool aw = false, int s7 = 0, bool k_first = false>
+          bool aw = false, int s7 = 0, bool k_first = false, bool t3 = false>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
     }
 }
 
@@ -760,8 +770,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
         return false;
     }
-    if constexpr (D == 64) {  // the tensor-core kernel at hd 64 (variant 18): until a GPU run measures it, only when asked;
-        if (var != 18) {      // variant 1 (turbo K; 2 and 3 as asked) or the vector kernel (q8_0 and f16 K) otherwise, as before
+    if constexpr (D == 64) {  // the tensor-core kernel at hd 64 (variant 18; 19 with turbo3's words): until a GPU run measures
+        if (var != 18 && var != 19) {  // it, only when asked;      // variant 1 (turbo K; 2 and 3 as asked) or the vector kernel (q8_0 and f16 K) otherwise, as before
             if constexpr (!ggml_cuda_type_is_turbo(type_K)) {
                 return false;
             }
@@ -772,7 +782,13 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM
-                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                    if (var == 19 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {
+                        if constexpr (ggml_cuda_turbo_fa_t3(type_K, type_V)) {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                        }
+                    } else {
+                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                    }
                 } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
                     if constexpr (D == 256) {  // V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM; until a GPU
                         if (var != 16) {       // run measures it, only when asked (variant 16): the vector kernel otherwise
@@ -781,6 +797,10 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                    } else if (var == 19 && type_V == GGML_TYPE_TURBO3_0) {  // turbo3 V as index words
+                        if constexpr (type_V == GGML_TYPE_TURBO3_0) {
+                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                        }
                     } else if (var == 17 && type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {  // q8_0's and turbo4's aligned words
                         if constexpr (type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, false, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
@@ -792,6 +812,10 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
+                } else if (var == 19 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {  // turbo3 K or V as index words: 10 with them
+                    if constexpr (ggml_cuda_turbo_fa_t3(type_K, type_V)) {
+                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
+                    }
                 } else if (var >= 12 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                         if (var == 15) {  // 12 with K read in its tile, not a tile ahead (hd 256's code)

@@ -148,6 +148,16 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup(const u
     }
 }
 
+// a lookup of V's index words: turbo3 words (t3: 8 entries, every nibble's bit 3 clear) take one PRMT without the mask
+template <ggml_type type, bool w3>
+static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup_w(const uint32_t sel, const uint32_t (&t)[4], const uint32_t m4) {
+    if constexpr (w3) {
+        return ggml_cuda_turbo_prmt(t[0], t[1], sel);
+    } else {
+        return ggml_cuda_turbo_fa_mma_lookup<type>(sel, t, m4);
+    }
+}
+
 // s7 (variant 12): the 16-entry lookup of 7-bit codes (ggml_cuda_turbo_table_word plane 4: t[0..1] =
 // entries 0..7, t[2..3] = entries 15..8), nsel = ~sel. For a nibble i < 8 the first PRMT gives entry i
 // and the second, whose nibble ~i has bit 3 set, the sign of a byte under 0x80: 0; for i >= 8 the first
@@ -215,6 +225,42 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_scale4(const u
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_word2(const char * blk, const int o) {
     const uint16_t * h = (const uint16_t *) (blk + 2 + o);
     return (uint32_t) h[0] | (uint32_t) h[1] << 16;
+}
+
+// turbo3 as index words (t3, variant 19). Element 8r + l of a turbo3 block is the 3-bit field r of w_l = qs[l] |
+// qs[8 + l] << 8 | qs[16 + l] << 16 (ggml_cuda_turbo_index). For the elements l0 .. l0 + 3 (l0 = 0 or 4) this reads byte
+// rows hr and hr + 1 of qs at l0 (bits 8 hr .. 8 hr + 15 of each w_l, as 16-bit lanes) and returns N words, word j holding
+// the fields r = (8 hr + sh)/3 + 2j and r + 1 as nibbles: byte k is element l0 + (0, 2, 1, 3)[k], field r in its low
+// nibble and r + 1 in its high one, bit 3 of each nibble clear. That is the layout of a turbo4 index word (two elements
+// per byte, one per nibble), so K.Q's selectors and P.V's interleaving of two rows serve it as they are, and a lookup in
+// an 8-entry table is one PRMT without a mask. sh + 6 N <= 16. a4: qs + 8 hr + l0 known to be 4-byte aligned (else
+// two 2-byte loads per row). Per word: 2 shifts, 3 logic ops and an add, where ggml_cuda_turbo3_sel4_rows takes about
+// 14 for the same 8 fields.
+template <int N>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_t3_words(uint32_t (&x)[N], const char * qs, const int l0, const int hr, const int sh,
+        const bool a4) {
+    uint32_t q0, q1;
+    if (a4) {  // (a constant where the kernel calls it: its loops are unrolled)
+        q0 = *((const uint32_t *) (qs + 8*hr + l0));
+        q1 = *((const uint32_t *) (qs + 8*hr + 8 + l0));
+    } else {
+        ggml_cuda_memcpy_1<4, 2>(&q0, qs + 8*hr + l0);
+        ggml_cuda_memcpy_1<4, 2>(&q1, qs + 8*hr + 8 + l0);
+    }
+    const uint32_t lo = __byte_perm(q0, q1, 0x5140) >> sh;  // elements l0, l0 + 1 (16-bit lanes), field r at bit 0 of each
+    const uint32_t hi = __byte_perm(q0, q1, 0x7362) >> sh;  // elements l0 + 2, l0 + 3
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const uint32_t u = lo >> (6*j);
+        const uint32_t v = hi >> (6*j);
+        const uint32_t b = (u & 0x003F003F) | ((v & 0x003F003F) << 8);  // bytes l0, l0 + 2, l0 + 1, l0 + 3: fields r, r + 1 in bits 0..5
+        x[j] = b + (b & 0x38383838);                                     // field r + 1 from bits 3..5 to 4..6
+    }
+}
+// the element (of its 64) in byte k of word j of a K row's turbo3 block for lane t: rows h = t/2, h + 1, fields
+// r = 4h + 2j (low nibbles) and r + 1 (high), l0 = 4 (t % 2); hi: the word's high nibbles
+static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_t3_elem(const int t, const int j, const int k, const bool hi) {
+    return 8*(4*(t/2) + 2*j + hi) + 4*(t % 2) + (k == 1 ? 2 : k == 2 ? 1 : k);
 }
 
 // q8_0 K (hd 128 / 256: 4 / 8 blocks of 32, 136 / 272 bytes, a 4-byte aligned start): K.Q's A registers of lane t for
@@ -449,7 +495,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // cache (a decode at depth 0: one tile per block) waits on memory once before its math instead of twice. The
 // same loads and operations, so the same floats.
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false, bool aw = false, int s7 = 0, bool k_first = false>
+          bool v_i8 = false, bool aw = false, int s7 = 0, bool k_first = false, bool t3 = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -493,6 +539,10 @@ static __global__ void flash_attn_ext_turbo_mma(
     static_assert(!(K8 || KH) || (!stage && !next_k && (!aw || (K8 && D == 128))), "q8_0 and f16 K: rows read in their tile (q8_0 at hd 128: aligned words too)");
     static_assert(D != 64 || (!stage && !early_v && !next_k && !aw && s7 == 0), "hd 64: rows read in their tile, 2 bytes at a time (ggml_cuda_turbo_fa_mma_word2)");
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
+    constexpr bool K3 = t3 && type_K == GGML_TYPE_TURBO3_0;  // turbo3 as index words (ggml_cuda_turbo_fa_mma_t3_words)
+    constexpr bool V3 = t3 && type_V == GGML_TYPE_TURBO3_0;
+    constexpr bool VW = V4 || V3;                              // V as index words, two rows interleaved
+    static_assert(!t3 || ((K3 || V3) && !stage && !early_v && !next_k && !aw && s7 == 0 && D <= 128), "turbo3 words: rows read in their tile, hd 64 / 128");
     static_assert(!aw || ((K4 || type_K == GGML_TYPE_Q8_0) && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load, _q8_words_aw): turbo4 or q8_0 K, turbo4 V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
     static_assert(!k_first || next_k, "the first tile's K words early (k_first): the next-tile K registers (next_k)");
@@ -636,6 +686,16 @@ static __global__ void flash_attn_ext_turbo_mma(
                     for (int k = 0; k < 4; ++k) {
                         const int p = 64*m + 32*j + (j == 0 ? ggml_cuda_turbo_fa_mma_qs_pos<true>(0, h, t, k) : 16*h + 4*t + k);
                         b |= (uint32_t) (uint8_t) sh_q[g][p] << (8*k);
+                    }
+                    Bq[m][j][h] = b;
+                }
+            } else if constexpr (K3) {  // the words' element order: b0 = the A register of the low 16 bits' nibbles, b1 the high ones'
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    uint32_t b = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {  // nibble k: byte 2h + k/2 of the word, field r (k even) or r + 1
+                        b |= (uint32_t) (uint8_t) sh_q[g][64*m + ggml_cuda_turbo_fa_mma_t3_elem(t, j, 2*h + k/2, k % 2)] << (8*k);
                     }
                     Bq[m][j][h] = b;
                 }
@@ -863,6 +923,19 @@ static __global__ void flash_attn_ext_turbo_mma(
                             A[m][j][rr + 2] = a[2*m + j][1];
                         }
                     }
+                } else if constexpr (K3) {  // per block the words of fields 4h + 2j, + 1 (j = 0, 1; h = t/2) of elements 4 (t % 2) ..
+#pragma unroll
+                    for (int m = 0; m < NB; ++m) {
+                        const char * blk = (const char *) W + m*(int) sizeof(block_turbo3_0);
+                        uint32_t x[2];
+                        ggml_cuda_turbo_fa_mma_t3_words<2>(x, blk + 2, 4*(t % 2), t/2, 4*(t/2), D == 128 && m % 2 == 1);
+                        dk[rr][m] = __half2float(*((const half *) blk));
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            A[m][j][rr + 0] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j]);        // 8 entries, nibbles' bit 3 clear
+                            A[m][j][rr + 2] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j] >> 16);
+                        }
+                    }
                 } else {  // elements 16q + 4t .. +3 of block m in v[4m + q] (the decode kernel's K lanes)
                     int   v[D/16];
                     float dkm[NB];
@@ -1002,6 +1075,15 @@ static __global__ void flash_attn_ext_turbo_mma(
                         ds[r][0] = *((const uint16_t *) Vr);
                     } else if constexpr (V4) {
                         ggml_cuda_turbo_fa_mma_v4_words<NB>(W, 4*g, iw[r], ds[r]);
+                    } else if constexpr (V3) {  // fields 2 (g/2), + 1 of elements 4 (g % 2) .. of each block (rows g/4, g/4 + 1)
+#pragma unroll
+                        for (int m = 0; m < NB; ++m) {
+                            const char * blk = Vr + m*(int) sizeof(block_turbo3_0);
+                            uint32_t x[1];
+                            ggml_cuda_turbo_fa_mma_t3_words<1>(x, blk + 2, 4*(g % 2), g/4, 6*(g/2) - 8*(g/4), D == 128 && m % 2 == 1);
+                            iw[r][m] = x[0];
+                            ds[r][m] = *((const uint16_t *) blk);
+                        }
                     } else {
 #pragma unroll
                         for (int m = 0; m < NB; ++m) {
@@ -1013,7 +1095,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                 }
 #pragma unroll
                 for (int m = 0; m < NB; ++m) {
-                    if constexpr (V4) {
+                    if constexpr (VW) {
                         pw[rp][m][0] = (iw[0][m] & 0x0F0F0F0F) | ((iw[1][m] << 4) & 0xF0F0F0F0);
                         pw[rp][m][1] = ((iw[0][m] >> 4) & 0x0F0F0F0F) | (iw[1][m] & 0xF0F0F0F0);
                     }
@@ -1042,14 +1124,14 @@ static __global__ void flash_attn_ext_turbo_mma(
                                 const uint32_t ns = ~pw[rp][m][s] >> (16*kp);
                                 const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup7(sl, ns, tVlo);  // q + 64: (row 2t, 2t+1) of e, of e + 1
                                 ggml_cuda_turbo_fa_mma_i8_pairs<ggml_cuda_turbo_code7_bias>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
-                            } else if constexpr (v_i8 && V4) {
+                            } else if constexpr (v_i8 && VW) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
-                                const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
+                                const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
                                 ggml_cuda_turbo_fa_mma_i8_pairs<128>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
-                            } else if constexpr (V4) {
+                            } else if constexpr (VW) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
-                                const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVlo, m4);
-                                const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup<type_V>(sl, tVhi, m4);
+                                const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3>(sl, tVlo, m4);
+                                const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3>(sl, tVhi, m4);
                                 Av[2*rp + 0] = __byte_perm(lo, hi, 0x5140);  // (row 2t, row 2t+1) of element e
                                 Av[2*rp + 1] = __byte_perm(lo, hi, 0x7362);  // of element e + 1
                             } else if constexpr (v_i8) {  // each row's 4 elements as q + 128, paired across the rows, then as fp16
@@ -1121,6 +1203,12 @@ static __global__ void flash_attn_ext_turbo_mma(
         if (h < ng) {
 #pragma unroll
             for (int i = 0; i < NM; ++i) {
+                if constexpr (V3) {  // m-tile i = 4m + 2s + kp: field 2 (g/2) + s of element 4 (g % 2) + kp (word byte 2kp) and + 2 (byte 2kp + 1)
+                    const int e = 64*(i/4) + 8*(2*(g/2) + (i/2) % 2) + 4*(g % 2) + i % 2;
+                    sh_acc[warp][h][e]     = O[i][hh]*fv;
+                    sh_acc[warp][h][e + 2] = O[i][hh + 2]*fv;
+                    continue;
+                }
                 // sigma(i, g): m-tile i = 4m + 2s + kp holds elements 32s + the qs bytes at positions 2kp, 2kp + 1 of block m's word
                 const int e = 64*(i/4) + 32*((i/2) % 2) + ggml_cuda_turbo_fa_mma_qs_pos<aw>(i/4, 0, g, 2*(i % 2));
                 sh_acc[warp][h][e]     = O[i][hh]*fv;
