@@ -121,16 +121,23 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      cases OK; FA alone at hd 256 (1 K/V head, GQA 4, KV 32768) 31.5 us (the vector kernel) -> 17.7; Gemma-3-4B
 //      shape tg64 @ d65536 0.868x -> 1.003x f16. hd 256 runs it for every variant from 4 (0..3: the vector kernel).
 //  16: q8_0 or f16 K with a turbo V at hd 256 on the tensor-core kernel (V's words read in P.V; 255 registers at sm_90,
-//      no spills). Emulated (tests/cuda_host/fa_dec_emul.cpp); not yet run on a GPU, so hd 256 runs it only when asked,
-//      the vector kernel otherwise (session 30). At hd 128 those pairs take the tensor-core kernel from variant 4 on
-//      (session 30: 296 test-backend-ops cases OK; q8_0/turbo4 FA alone 82.6 -> 32.5 us, f16/turbo4 57.3 -> 34.6).
+//      no spills). Measured (session 31, an H100): 296 test-backend-ops cases OK; FA alone (1 K/V head, GQA 4, KV 32768)
+//      q8_0/turbo4 33.9 -> 18.9 us, f16/turbo4 28.1 -> 24.5 (the vector kernel: f16/f16 24.2); Gemma-3-4B shape tg64
+//      q8_0/turbo4 0.84 / 0.85 / 0.89x f16 -> 0.88 / 0.89 / 1.01x at d0 / 16K / 64K. hd 256 runs it for every variant
+//      from 4. At hd 128 those pairs take the tensor-core kernel from variant 4 on (session 30: 296 test-backend-ops
+//      cases OK; q8_0/turbo4 FA alone 82.6 -> 32.5 us, f16/turbo4 57.3 -> 34.6); 16 there gives session 30's code.
 //  17: q8_0 K with turbo4 V at hd 128 read as aligned words, both sides (ggml_cuda_turbo_fa_mma_q8_words_aw: 12 loads
-//      a K row and lane instead of 16), 3 blocks per SM (149 registers at sm_90, no spills; the default's 202 allow 2).
-//      Emulated, not yet run on a GPU, so only when asked (session 30). Other pairs: their default.
+//      a K row and lane instead of 16), 3 blocks per SM (149 registers at sm_90, no spills; session 30's 202 allow 2).
+//      Measured (session 31, an H100): 124 test-backend-ops cases OK; FA alone 32.75 -> 32.25 us (three rounds); 8B
+//      shape tg64 0.895 / 1.036 / 1.296x f16 -> 0.905 / 1.034 / 1.400x at d0 / 16K / 64K. q8_0/turbo4 at hd 128 runs it
+//      for every variant from 4 but 10 and 16. Other pairs: their default.
 //  18: hd 64 on the tensor-core kernel, every turbo pair and q8_0 / f16 K with a turbo V (a row is one block whose start
 //      is 2-byte aligned: turbo4's index words from two 2-byte loads, ggml_cuda_turbo_fa_mma_word2), rows read in their
-//      tile, V as int8 centroids, 4 blocks per SM. Emulated, not yet run on a GPU, so only when asked (session 31): hd 64
-//      runs variant 1 (turbo K) or the vector kernel otherwise. Other shapes: their default.
+//      tile, V as int8 centroids, 4 blocks per SM (108-128 registers at sm_90, no spills). Measured (session 31, an H100):
+//      232 test-backend-ops cases OK; FA alone (8 K/V heads, GQA 8, KV 7680) turbo4 13.0 -> 9.6 us (variant 1),
+//      q8_0/turbo4 18.2 -> 9.4 (the vector kernel); Llama-3.2-1B shape tg64 q8_0/turbo4 0.86 / 0.90 / 0.97x f16 ->
+//      0.86 / 0.94 / 1.22x at d0 / 16K / 64K, turbo4 0.87 / 0.96 / 1.20x (variant 1) -> 0.85 / 0.91 / 1.21x. So q8_0
+//      and f16 K take it from variant 4 on; turbo K only when asked (variant 1 otherwise). Other shapes: their default.
 //  19: turbo3 K and V as index words (t3 in turbo-fattn-mma.cuh: 8 fields of a row's elements in one word of nibbles, as a
 //      turbo4 index word holds them: per 8 values 6 ALU instructions and one PRMT lookup per 4 instead of two
 //      ggml_cuda_turbo3_sel4_rows and masked lookups), at hd 64 (18's code) and 128 (10's code, 4 blocks per SM; q8_0 and
@@ -770,12 +777,15 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             K->ne[2] <= 0 || Q->ne[2] % K->ne[2] != 0 || K->ne[1] % ggml_cuda_turbo_fa_dec_rows != 0) {
         return false;
     }
-    if constexpr (D == 64) {  // the tensor-core kernel at hd 64 (variant 18; 19 with turbo3's words): until a GPU run measures
-        if (var != 18 && var != 19) {  // it, only when asked;      // variant 1 (turbo K; 2 and 3 as asked) or the vector kernel (q8_0 and f16 K) otherwise, as before
+    if constexpr (D == 64) {  // the tensor-core kernel at hd 64 (variant 18; 19 with turbo3's words): q8_0 and f16 K from variant 4
+        if (var != 18 && var != 19) {  // on (1..3: the vector kernel); turbo K only when asked (variant 1 otherwise; 2 and 3 as asked)
             if constexpr (!ggml_cuda_type_is_turbo(type_K)) {
-                return false;
+                if (var < 4) {
+                    return false;
+                }
+            } else {
+                var = var >= 4 ? 1 : var;
             }
-            var = var >= 4 ? 1 : var;
         }
     }
     if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
@@ -790,10 +800,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                     }
                 } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
-                    if constexpr (D == 256) {  // V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM; until a GPU
-                        if (var != 16) {       // run measures it, only when asked (variant 16): the vector kernel otherwise
-                            return false;
-                        }
+                    if constexpr (D == 256) {  // variant 16 (session 31): V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
@@ -801,7 +808,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                         if constexpr (type_V == GGML_TYPE_TURBO3_0) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                         }
-                    } else if (var == 17 && type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {  // q8_0's and turbo4's aligned words
+                    } else if (var != 16 && type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {  // variant 17 (session 31): q8_0's and turbo4's
+                        // aligned words, 3 blocks per SM (16: session 30's code, below, for A/B runs)
                         if constexpr (type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, true, false, true, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                         }

@@ -1,6 +1,6 @@
 // tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
-// sequence: variants 4..15 of GGML_CUDA_TURBO_FA_DEC, 14 the default (turbo-fattn-dec.cuh includes
-// this file and dispatches to it; shapes it does not cover take variant 1).
+// sequence: variants 4..19 of GGML_CUDA_TURBO_FA_DEC (turbo-fattn-dec.cuh lists them and which is the default
+// where, includes this file and dispatches to it; shapes it does not cover take variant 1 or the vector kernel).
 //
 // Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
 // the CUDA cores (G dp4a chains per K word, G x 4 HFMA2 per 8 V values): 0.49 warp instructions
