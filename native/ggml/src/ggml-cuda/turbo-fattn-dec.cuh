@@ -141,8 +141,12 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //  19: turbo3 K and V as index words (t3 in turbo-fattn-mma.cuh: 8 fields of a row's elements in one word of nibbles, as a
 //      turbo4 index word holds them: per 8 values 6 ALU instructions and one PRMT lookup per 4 instead of two
 //      ggml_cuda_turbo3_sel4_rows and masked lookups), at hd 64 (18's code) and 128 (10's code, 4 blocks per SM; q8_0 and
-//      f16 K with turbo3 V: their code); pairs with turbo3 K or V. Emulated, not yet run on a GPU, so only when asked
-//      (session 31). Other pairs: their default (hd 64: 18).
+//      f16 K with turbo3 V: their code); pairs with turbo3 K or V. Written and emulated in session 31, then measured
+//      (an H100): 139 test-backend-ops cases OK (hd 64 and 128, every pair with
+//      turbo3 on a side); FA alone turbo3/turbo3 (hd 128, GQA 4, KV 32768) 30.2-30.6 us (variant 6) -> 23.0, 8B shape
+//      tg64 @ 16K 234.6 -> 252.2 t/s, @ 64K 176.3 -> 194.6 (three interleaved rounds). So pairs with turbo3 take it at
+//      hd 128 from variant 11 on (6 gives their code before it) and with q8_0 / f16 K at hd 64 (18 gives without it);
+//      turbo K at hd 64 only when asked, as 18. Other pairs: their default.
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 19;
 
 // the pairs variant 19 changes: turbo3 K or V
@@ -791,8 +795,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (var >= 4) {  // the tensor-core kernel where it covers the shape, else variant 1
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
-                if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM
-                    if (var == 19 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {
+                if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM; turbo3 as index
+                    if (var != 18 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {  // words but with 18 (19; turbo K: only when asked, above)
                         if constexpr (ggml_cuda_turbo_fa_t3(type_K, type_V)) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                         }
@@ -804,7 +808,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                    } else if (var == 19 && type_V == GGML_TYPE_TURBO3_0) {  // turbo3 V as index words
+                    } else if (var != 16 && type_V == GGML_TYPE_TURBO3_0) {  // turbo3 V as index words (19; 16: without, session 30's code)
                         if constexpr (type_V == GGML_TYPE_TURBO3_0) {
                             ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                         }
@@ -820,7 +824,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var == 19 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {  // turbo3 K or V as index words: 10 with them
+                } else if (var >= 11 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {  // turbo3 K or V as index words (19): 10 with them; 6 gives
+                                                                                  // these pairs' code before session 31
                     if constexpr (ggml_cuda_turbo_fa_t3(type_K, type_V)) {
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
                     }
