@@ -265,11 +265,13 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
         constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 and f16 K: the launcher's configuration, whatever the variant
-        constexpr bool h64 = VAR == 18 || (VAR == 19 && D == 64);  // hd 64, every pair: rows in their tile (2-byte loads), int8 V, no early V, no aligned words
+        constexpr bool h64 = VAR == 18 || ((VAR == 19 || VAR == 20) && D == 64);  // hd 64, every pair: rows in their tile (2-byte loads), int8 V, no early V, no aligned words
         static_assert(h64 == (D == 64), "hd 64: variant 18 or 19 (the tensor-core kernel's configuration there)");
-        constexpr bool t3 = VAR == 19 && (tK == GGML_TYPE_TURBO3_0 || tV == GGML_TYPE_TURBO3_0);  // turbo3 as index words
+        constexpr bool t3 = (VAR == 19 || VAR == 20) && (tK == GGML_TYPE_TURBO3_0 || tV == GGML_TYPE_TURBO3_0);  // turbo3 as index words
+        constexpr bool t2 = VAR == 20 && (tK == GGML_TYPE_TURBO2_0 || tV == GGML_TYPE_TURBO2_0);                   // turbo2 too (20)
         static_assert(VAR != 19 || t3, "variant 19: pairs with turbo3");
-        constexpr bool plain = h64 || t3;  // 10's code (q8_0 / f16 K: theirs without early V)
+        static_assert(VAR != 20 || t2, "variant 20: pairs with turbo2");
+        constexpr bool plain = h64 || t3 || t2;  // 10's code (q8_0 / f16 K: theirs without early V)
         constexpr bool st = !q8 && VAR == 5;
         constexpr int  mb = VAR == 6 || VAR == 10 || plain ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
         constexpr bool ev = plain ? false : q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
@@ -278,8 +280,8 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         constexpr bool aw = plain ? false : q8 ? VAR == 17 && tK == GGML_TYPE_Q8_0 && tV == GGML_TYPE_TURBO4_0 && D == 128 : VAR >= 11;  // the rows' aligned words
         constexpr int  s7 = q8 || plain ? 0 : VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
         constexpr bool kf = !q8 && VAR == 14;  // the first tile's K words before Q
-        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3> :
-                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3>;
+        kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2> :
+                 G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2>;
     } else {
         kernel = G == 4 ? flash_attn_ext_turbo_dec<D, 4, tK, tV, VAR> : G == 2 ? flash_attn_ext_turbo_dec<D, 2, tK, tV, VAR> : flash_attn_ext_turbo_dec<D, 1, tK, tV, VAR>;
     }
@@ -441,6 +443,28 @@ static bool run_t3_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     return ok;
 }
 
+// turbo2 K and V as index words (variant 20, opt-in until a GPU run): every case for turbo2/turbo2 at hd 128 and 64, the
+// mixed pairs with turbo2 on one side (turbo3 beside it as words too)
+static bool run_t2_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
+    bool ok = true;
+    for (const fa_case & fc : cases) {
+        ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 20>(fc, rng);
+        ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 20>(fc, rng);
+    }
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 20>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 20>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO4_0, 20>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO2_0, 20>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 20>(cases[4], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 20>(cases[6], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO2_0, 20>(cases[6], rng);
+    ok &= run_case< 64, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 20>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO2_0, 20>(cases[6], rng);
+    ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 20>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case< 64, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 20>(cases[1], rng);
+    return ok;
+}
+
 int main() {
     std::mt19937 rng(26);
     bool ok = true;
@@ -455,8 +479,9 @@ int main() {
         { 256, 1, 4, 1, 1, false, false, 0.0f },
         { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
     };
-    if (!all && (strcmp(only, "q8") == 0 || strcmp(only, "18") == 0 || strcmp(only, "19") == 0)) {
-        ok = strcmp(only, "q8") == 0 ? run_q8_cases(cases, rng) : strcmp(only, "18") == 0 ? run_hd64_cases(cases, rng) : run_t3_cases(cases, rng);
+    if (!all && (strcmp(only, "q8") == 0 || strcmp(only, "18") == 0 || strcmp(only, "19") == 0 || strcmp(only, "20") == 0)) {
+        ok = strcmp(only, "q8") == 0 ? run_q8_cases(cases, rng) : strcmp(only, "18") == 0 ? run_hd64_cases(cases, rng) :
+             strcmp(only, "19") == 0 ? run_t3_cases(cases, rng) : run_t2_cases(cases, rng);
         printf("%s\n", ok ? "all OK" : "FAILURES");
         return ok ? 0 : 1;
     }
@@ -546,6 +571,7 @@ int main() {
     ok &= run_q8_cases(cases, rng);
     ok &= run_hd64_cases(cases, rng);
     ok &= run_t3_cases(cases, rng);
+    ok &= run_t2_cases(cases, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[1], rng);  // int8 V (VAR 10), its words read in P.V (no early V)

@@ -78,15 +78,15 @@ ncu_d0_token() {
 }
 # tg64 of the 8B shape (or of the model file M) in interleaved rounds, a run being K/V and optional VAR=VALUE
 # settings, with ppPP at each depth too when PP is set (default 0: tg alone):
-# tg_env_rounds FILE ROUNDS DEPTHS REPS MIN_LEFT "K/V:[VAR=VALUE] ..." (llama-bench -r REPS per run, each labelled
+# tg_env_rounds FILE ROUNDS DEPTHS REPS MIN_LEFT "K/V:[VAR=VALUE[,VAR=VALUE]] ..." (llama-bench -r REPS per run, each labelled
 # "rR == K/V[ VAR=VALUE]" for scripts/gpu/tg_rounds.py; stops when fewer than MIN_LEFT seconds are left)
 tg_env_rounds() {
   local file=$1 rounds=$2 depths=$3 reps=$4 min_left=$5 runs=$6 r run kv e
   for r in $(seq 1 $rounds); do
     for run in $runs; do kv=${run%%:*} e=${run#*:}
       [ $(left) -lt $min_left ] && { echo "stopping rounds: $(left) s left"; break 2; }
-      echo "r$r == $kv${e:+ $e}"
-      env $e $B/llama-bench -m ${M:-/tmp/m8b.gguf} -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p ${PP:-0} -n 64 -d $depths -r $reps -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
+      echo "r$r == $kv${e:+ ${e//,/ }}"
+      env ${e//,/ } $B/llama-bench -m ${M:-/tmp/m8b.gguf} -ngl 99 -fa 1 -ctk ${kv%/*} -ctv ${kv#*/} -p ${PP:-0} -n 64 -d $depths -r $reps -o md 2>>$OUT/bench.err | grep -E '^\| ' | grep -v -E '^\| (model|---)'
     done
   done | tee $OUT/$file
   python3 scripts/gpu/tg_rounds.py $OUT/$file 2>&1 | tail -10

@@ -147,11 +147,18 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      tg64 @ 16K 234.6 -> 252.2 t/s, @ 64K 176.3 -> 194.6 (three interleaved rounds). So pairs with turbo3 take it at
 //      hd 128 from variant 11 on (6 gives their code before it) and with q8_0 / f16 K at hd 64 (18 gives without it);
 //      turbo K at hd 64 only when asked, as 18. Other pairs: their default.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 19;
+//  20: 19 with turbo2 K and V as index words too (t2 in turbo-fattn-mma.cuh: a word of qs masked with 0x33333333 is two
+//      fields of each byte as its nibbles, 3 instructions per 16 values), pairs with turbo2 K or V at hd 64 and 128.
+//      Written and emulated in session 31, not yet run on a GPU, so only when asked. Other pairs: their default.
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 20;
 
 // the pairs variant 19 changes: turbo3 K or V
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t3(const ggml_type type_K, const ggml_type type_V) {
     return type_K == GGML_TYPE_TURBO3_0 || type_V == GGML_TYPE_TURBO3_0;
+}
+// the pairs variant 20 adds: turbo2 K or V
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t2(const ggml_type type_K, const ggml_type type_V) {
+    return type_K == GGML_TYPE_TURBO2_0 || type_V == GGML_TYPE_TURBO2_0;
 }
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
@@ -748,15 +755,37 @@ static inline int ggml_cuda_turbo_fa_mma_heads(const ggml_tensor * dst, const in
 }
 
 template <int D, ggml_type type_K, ggml_type type_V, bool stage, int min_blocks, bool early_v = false, bool next_k = false, bool v_i8 = false,
-          bool aw = false, int s7 = 0, bool k_first = false, bool t3 = false>
+          bool aw = false, int s7 = 0, bool k_first = false, bool t3 = false, bool t2 = false>
 static void ggml_cuda_turbo_fa_mma_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G) {
     constexpr int nwarps = ggml_cuda_turbo_fa_mma_nwarps;
     constexpr int T      = ggml_cuda_turbo_fa_mma_rows;
     switch (G) {
-        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
-        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
-        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
-        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3>, nwarps, 0, T, false, false, false, false); break;
+        case 8: launch_fattn<D, 1, 8>(ctx, dst, flash_attn_ext_turbo_mma<D, 8, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3, t2>, nwarps, 0, T, false, false, false, false); break;
+        case 4: launch_fattn<D, 1, 4>(ctx, dst, flash_attn_ext_turbo_mma<D, 4, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3, t2>, nwarps, 0, T, false, false, false, false); break;
+        case 2: launch_fattn<D, 1, 2>(ctx, dst, flash_attn_ext_turbo_mma<D, 2, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3, t2>, nwarps, 0, T, false, false, false, false); break;
+        default: launch_fattn<D, 1, 1>(ctx, dst, flash_attn_ext_turbo_mma<D, 1, type_K, type_V, stage, min_blocks, early_v, next_k, v_i8, aw, s7, k_first, t3, t2>, nwarps, 0, T, false, false, false, false); break;
+    }
+}
+
+// the tensor-core kernel with turbo3 (t3) and turbo2 (t2) read as index words where asked and the pair has them
+template <int D, ggml_type type_K, ggml_type type_V, int min_blocks>
+static void ggml_cuda_turbo_fa_mma_launch_words(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const int G, const bool t3, const bool t2) {
+    constexpr bool h3 = ggml_cuda_turbo_fa_t3(type_K, type_V);
+    constexpr bool h2 = ggml_cuda_turbo_fa_t2(type_K, type_V);
+    if (t3 && h3 && t2 && h2) {
+        if constexpr (h3 && h2) {
+            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, min_blocks, false, false, true, false, 0, false, true, true>(ctx, dst, G);
+        }
+    } else if (t3 && h3) {
+        if constexpr (h3) {
+            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, min_blocks, false, false, true, false, 0, false, true, false>(ctx, dst, G);
+        }
+    } else if (t2 && h2) {
+        if constexpr (h2) {
+            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, min_blocks, false, false, true, false, 0, false, false, true>(ctx, dst, G);
+        }
+    } else {
+        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, min_blocks, false, false, true>(ctx, dst, G);
     }
 }
 
@@ -782,7 +811,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         return false;
     }
     if constexpr (D == 64) {  // the tensor-core kernel at hd 64 (variant 18; 19 with turbo3's words): q8_0 and f16 K from variant 4
-        if (var != 18 && var != 19) {  // on (1..3: the vector kernel); turbo K only when asked (variant 1 otherwise; 2 and 3 as asked)
+        if (var != 18 && var != 19 && var != 20) {  // on (1..3: the vector kernel); turbo K only when asked (variant 1 otherwise; 2, 3 as asked)
             if constexpr (!ggml_cuda_type_is_turbo(type_K)) {
                 if (var < 4) {
                     return false;
@@ -796,22 +825,16 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM; turbo3 as index
-                    if (var != 18 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {  // words but with 18 (19; turbo K: only when asked, above)
-                        if constexpr (ggml_cuda_turbo_fa_t3(type_K, type_V)) {
-                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                        }
-                    } else {
-                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                    }
+                    // words but with 18 (19; turbo K: only when asked, above), turbo2 as index words with 20
+                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), var != 18, var == 20);
                 } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
                     if constexpr (D == 256) {  // variant 16 (session 31): V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                    } else if (var != 16 && type_V == GGML_TYPE_TURBO3_0) {  // turbo3 V as index words (19; 16: without, session 30's code)
-                        if constexpr (type_V == GGML_TYPE_TURBO3_0) {
-                            ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
-                        }
+                    } else if ((var != 16 && type_V == GGML_TYPE_TURBO3_0) || (var == 20 && type_V == GGML_TYPE_TURBO2_0)) {  // turbo3 V as index
+                        // words (19; 16: without, session 30's code), turbo2 V with 20
+                        ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 2>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2), true, var == 20);
                     } else if (var != 16 && type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {  // variant 17 (session 31): q8_0's and turbo4's
                         // aligned words, 3 blocks per SM (16: session 30's code, below, for A/B runs)
                         if constexpr (type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {
@@ -824,11 +847,9 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var >= 11 && ggml_cuda_turbo_fa_t3(type_K, type_V)) {  // turbo3 K or V as index words (19): 10 with them; 6 gives
-                                                                                  // these pairs' code before session 31
-                    if constexpr (ggml_cuda_turbo_fa_t3(type_K, type_V)) {
-                        ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 4, false, false, true, false, 0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4));
-                    }
+                } else if (var >= 11 && (ggml_cuda_turbo_fa_t3(type_K, type_V) || (var == 20 && ggml_cuda_turbo_fa_t2(type_K, type_V)))) {
+                    // turbo3 K or V as index words (19): 10 with them (6 gives these pairs' code before session 31); turbo2 with 20
+                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), true, var == 20);
                 } else if (var >= 12 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                         if (var == 15) {  // 12 with K read in its tile, not a tile ahead (hd 256's code)

@@ -148,7 +148,8 @@ static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup(const u
     }
 }
 
-// a lookup of V's index words: turbo3 words (t3: 8 entries, every nibble's bit 3 clear) take one PRMT without the mask
+// a lookup of V's index words: turbo3 and turbo2 words (t3, t2: 8 or 4 entries, the nibbles' high bits clear) take one PRMT
+// without the mask
 template <ggml_type type, bool w3>
 static __device__ __forceinline__ uint32_t ggml_cuda_turbo_fa_mma_lookup_w(const uint32_t sel, const uint32_t (&t)[4], const uint32_t m4) {
     if constexpr (w3) {
@@ -261,6 +262,27 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_t3_words(uint32_t 
 // r = 4h + 2j (low nibbles) and r + 1 (high), l0 = 4 (t % 2); hi: the word's high nibbles
 static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_t3_elem(const int t, const int j, const int k, const bool hi) {
     return 8*(4*(t/2) + 2*j + hi) + 4*(t % 2) + (k == 1 ? 2 : k == 2 ? 1 : k);
+}
+
+// turbo2 as index words (t2, variant 20). Element j of a turbo2 block is the 2-bit field j/16 of qs[j % 16]
+// (ggml_cuda_turbo_index): a byte holds elements b, b + 16, b + 32, b + 48. A word of qs masked with 0x33333333 keeps
+// fields 0 and 2 of each byte as its two nibbles (bits 2 and 3 of each clear), shifted right by 2 first fields 1 and 3:
+// the layout of a turbo4 index word again, 3 instructions per 16 values, and a lookup in the 4-entry table is one PRMT
+// without the mask. The 4 bytes of qs at o (o % 2 == 0; two 2-byte loads unless a4): x[0] = fields 0 / 2 of elements
+// o .. o + 3 (low / high nibbles), x[1] = fields 1 / 3
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_t2_words(uint32_t (&x)[2], const char * qs, const int o, const bool a4) {
+    uint32_t w;
+    if (a4) {  // (a constant where the kernel calls it)
+        w = *((const uint32_t *) (qs + o));
+    } else {
+        ggml_cuda_memcpy_1<4, 2>(&w, qs + o);
+    }
+    x[0] = w & 0x33333333;
+    x[1] = (w >> 2) & 0x33333333;
+}
+// the element (of its 64) in byte k (0..3) of K word j of lane t's turbo2 block (qs bytes 4t ..); hi: the high nibble
+static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_t2_elem(const int t, const int j, const int k, const bool hi) {
+    return 4*t + k + 16*j + 32*hi;
 }
 
 // q8_0 K (hd 128 / 256: 4 / 8 blocks of 32, 136 / 272 bytes, a 4-byte aligned start): K.Q's A registers of lane t for
@@ -495,7 +517,7 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_stage(char * dst, 
 // cache (a decode at depth 0: one tile per block) waits on memory once before its math instead of twice. The
 // same loads and operations, so the same floats.
 template <int D, int G, ggml_type type_K, ggml_type type_V, bool stage = false, int min_blocks = 3, bool early_v = false, bool next_k = false,
-          bool v_i8 = false, bool aw = false, int s7 = 0, bool k_first = false, bool t3 = false>
+          bool v_i8 = false, bool aw = false, int s7 = 0, bool k_first = false, bool t3 = false, bool t2 = false>
 __launch_bounds__(ggml_cuda_turbo_fa_mma_nwarps*WARP_SIZE, min_blocks)
 static __global__ void flash_attn_ext_turbo_mma(
         const char * Q_ptr,
@@ -541,8 +563,11 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool V4 = type_V == GGML_TYPE_TURBO4_0;  // turbo4 V: two rows' indices interleaved in one word
     constexpr bool K3 = t3 && type_K == GGML_TYPE_TURBO3_0;  // turbo3 as index words (ggml_cuda_turbo_fa_mma_t3_words)
     constexpr bool V3 = t3 && type_V == GGML_TYPE_TURBO3_0;
-    constexpr bool VW = V4 || V3;                              // V as index words, two rows interleaved
+    constexpr bool K2 = t2 && type_K == GGML_TYPE_TURBO2_0;  // turbo2 as index words (ggml_cuda_turbo_fa_mma_t2_words)
+    constexpr bool V2 = t2 && type_V == GGML_TYPE_TURBO2_0;
+    constexpr bool VW = V4 || V3 || V2;                        // V as index words, two rows interleaved
     static_assert(!t3 || ((K3 || V3) && !stage && !early_v && !next_k && !aw && s7 == 0 && D <= 128), "turbo3 words: rows read in their tile, hd 64 / 128");
+    static_assert(!t2 || ((K2 || V2) && !stage && !early_v && !next_k && !aw && s7 == 0 && D <= 128), "turbo2 words: rows read in their tile, hd 64 / 128");
     static_assert(!aw || ((K4 || type_K == GGML_TYPE_Q8_0) && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load, _q8_words_aw): turbo4 or q8_0 K, turbo4 V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
     static_assert(!k_first || next_k, "the first tile's K words early (k_first): the next-tile K registers (next_k)");
@@ -696,6 +721,16 @@ static __global__ void flash_attn_ext_turbo_mma(
 #pragma unroll
                     for (int k = 0; k < 4; ++k) {  // nibble k: byte 2h + k/2 of the word, field r (k even) or r + 1
                         b |= (uint32_t) (uint8_t) sh_q[g][64*m + ggml_cuda_turbo_fa_mma_t3_elem(t, j, 2*h + k/2, k % 2)] << (8*k);
+                    }
+                    Bq[m][j][h] = b;
+                }
+            } else if constexpr (K2) {  // nibble k of word j's low (h = 0) / high 16 bits: byte 2h + k/2, field low / high
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    uint32_t b = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        b |= (uint32_t) (uint8_t) sh_q[g][64*m + ggml_cuda_turbo_fa_mma_t2_elem(t, j, 2*h + k/2, k % 2)] << (8*k);
                     }
                     Bq[m][j][h] = b;
                 }
@@ -936,6 +971,19 @@ static __global__ void flash_attn_ext_turbo_mma(
                             A[m][j][rr + 2] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j] >> 16);
                         }
                     }
+                } else if constexpr (K2) {  // per block the words of qs bytes 4t .. 4t + 3 (fields 0 / 2, then 1 / 3) and d
+#pragma unroll
+                    for (int m = 0; m < NB; ++m) {
+                        const char * blk = (const char *) W + m*(int) sizeof(block_turbo2_0);
+                        uint32_t x[2];
+                        ggml_cuda_turbo_fa_mma_t2_words(x, blk + 2, 4*t, D == 128 && m % 2 == 1);
+                        dk[rr][m] = __half2float(*((const half *) blk));
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            A[m][j][rr + 0] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j]);        // 4 entries, nibbles' bits 2, 3 clear
+                            A[m][j][rr + 2] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j] >> 16);
+                        }
+                    }
                 } else {  // elements 16q + 4t .. +3 of block m in v[4m + q] (the decode kernel's K lanes)
                     int   v[D/16];
                     float dkm[NB];
@@ -1084,6 +1132,14 @@ static __global__ void flash_attn_ext_turbo_mma(
                             iw[r][m] = x[0];
                             ds[r][m] = *((const uint16_t *) blk);
                         }
+                    } else if constexpr (V2) {  // qs bytes 2g, 2g + 1 of each block: bytes 0, 1 of the word fields 0 / 2, bytes 2, 3 fields 1 / 3
+#pragma unroll
+                        for (int m = 0; m < NB; ++m) {
+                            const char * blk = Vr + m*(int) sizeof(block_turbo2_0);
+                            const uint32_t h = *((const uint16_t *) (blk + 2 + 2*g));
+                            iw[r][m] = (h & 0x3333) | ((h << 14) & 0x33330000);
+                            ds[r][m] = *((const uint16_t *) blk);
+                        }
                     } else {
 #pragma unroll
                         for (int m = 0; m < NB; ++m) {
@@ -1126,12 +1182,12 @@ static __global__ void flash_attn_ext_turbo_mma(
                                 ggml_cuda_turbo_fa_mma_i8_pairs<ggml_cuda_turbo_code7_bias>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else if constexpr (v_i8 && VW) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
-                                const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
+                                const uint32_t b  = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3 || V2>(sl, tVlo, m4);  // q + 128: (row 2t, 2t+1) of e, of e + 1
                                 ggml_cuda_turbo_fa_mma_i8_pairs<128>(b, x64, Av[2*rp + 0], Av[2*rp + 1]);
                             } else if constexpr (VW) {
                                 const uint32_t sl = pw[rp][m][s] >> (16*kp);
-                                const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3>(sl, tVlo, m4);
-                                const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3>(sl, tVhi, m4);
+                                const uint32_t lo = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3 || V2>(sl, tVlo, m4);
+                                const uint32_t hi = ggml_cuda_turbo_fa_mma_lookup_w<type_V, V3 || V2>(sl, tVhi, m4);
                                 Av[2*rp + 0] = __byte_perm(lo, hi, 0x5140);  // (row 2t, row 2t+1) of element e
                                 Av[2*rp + 1] = __byte_perm(lo, hi, 0x7362);  // of element e + 1
                             } else if constexpr (v_i8) {  // each row's 4 elements as q + 128, paired across the rows, then as fp16
@@ -1207,6 +1263,12 @@ static __global__ void flash_attn_ext_turbo_mma(
                     const int e = 64*(i/4) + 8*(2*(g/2) + (i/2) % 2) + 4*(g % 2) + i % 2;
                     sh_acc[warp][h][e]     = O[i][hh]*fv;
                     sh_acc[warp][h][e + 2] = O[i][hh + 2]*fv;
+                    continue;
+                }
+                if constexpr (V2) {  // m-tile i = 4m + 2s + kp: field kp (s = 0) / 2 + kp of elements 2g, 2g + 1 (word bytes 2kp, 2kp + 1)
+                    const int e = 64*(i/4) + 32*((i/2) % 2) + 16*(i % 2) + 2*g;
+                    sh_acc[warp][h][e]     = O[i][hh]*fv;
+                    sh_acc[warp][h][e + 1] = O[i][hh + 2]*fv;
                     continue;
                 }
                 // sigma(i, g): m-tile i = 4m + 2s + kp holds elements 32s + the qs bytes at positions 2kp, 2kp + 1 of block m's word
