@@ -117,3 +117,30 @@ largest_batch() {
     n=$(( n*94/100 ))
   done
 }
+# test-backend-ops on the FLASH_ATTN_EXT cases PATTERN matches with GGML_CUDA_TURBO_FA_DEC=DEC (- : the default, no
+# variable), into $OUT/NAME.txt, its OK / FAIL / not supported counts into $OUT/NAME-summary.txt, the first FAIL lines
+# and the verdict printed: tbo_dec NAME DEC TIMEOUT PATTERN
+tbo_dec() {
+  local name=$1 dec=$2 limit=$3 pat=$4 envs=()
+  [ "$dec" != - ] && envs=(GGML_CUDA_TURBO_FA_DEC=$dec)
+  env "${envs[@]}" timeout $limit $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p "$pat" > $OUT/$name.txt 2>&1; echo "$name (DEC=$dec) rc $?"
+  bash scripts/gpu/tbo_summary.sh $OUT/$name.txt | grep FLASH | tee $OUT/$name-summary.txt
+  grep -E "FAIL" $OUT/$name.txt | head -10; tail -2 $OUT/$name.txt
+}
+# this run's copy bandwidth into $OUT/copy-bandwidth.txt (scripts/gpu/copy_bandwidth.cu, built by roofline.sh build)
+copy_bw() { { [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -1 $OUT/copy-bandwidth.txt; }
+# the decode path's KLD in llama-perplexity (-ub 1: every token a one-query FA call; 2 chunks of 512 of /tmp/gen.txt,
+# which gen_text writes): the logits with GGML_CUDA_TURBO_FA_DEC=BASE_DEC as the base, then the KLD of a second base run
+# (the floor) and of DEC, one summary line each: kld_ab NAME MODEL K/V BASE_DEC DEC
+gen_text() { python3 -c "import random; random.seed(30); print(' '.join('t%d' % random.randrange(1000) for _ in range(3000)))" > /tmp/gen.txt; }
+kld_ab() {
+  local name=$1 m=$2 kv=$3 d0=$4 d1=$5 e
+  [ $(left) -lt 60 ] && { echo "stopping before kld $name: $(left) s left"; return 0; }
+  local P="$B/llama-perplexity -m $m -f /tmp/gen.txt -ngl 99 -fa on -ctk ${kv%/*} -ctv ${kv#*/} -c 512 --chunks 2 -b 512 -ub 1"
+  GGML_CUDA_TURBO_FA_DEC=$d0 timeout 120 $P --kl-divergence-base /tmp/base-$name.kld > $OUT/ppl-base-$name.txt 2>&1 || echo "ppl base $name rc $?"
+  for e in $d0 $d1; do
+    GGML_CUDA_TURBO_FA_DEC=$e timeout 120 $P --kl-divergence-base /tmp/base-$name.kld --kl-divergence > $OUT/kld-$name-dec$e.txt 2>&1 || echo "kld $name DEC=$e rc $?"
+    echo "$name DEC=$e: $(grep -E 'Mean +KLD|Maximum KLD|Same top p' $OUT/kld-$name-dec$e.txt | tr -s ' ' | tr '\n' ';')"
+  done
+  rm -f /tmp/base-$name.kld
+}

@@ -17,10 +17,8 @@ else
   echo "machine lost its build: building with the overlay"; OVERLAY_CUDA=1 build
 fi
 SHAPE=llama-3.2-1b bash scripts/gpu/roofline.sh model /tmp/l1b.gguf > $OUT/model-l1b.log 2>&1 &
-GGML_CUDA_TURBO_FA_DEC=18 timeout 120 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p 'hsk=64,hsv=64,.*type_K=(turbo[0-9]|q8_0|f16),type_V=turbo' > $OUT/tbo-dec18.txt 2>&1; echo "tbo DEC=18 rc $?"
-bash scripts/gpu/tbo_summary.sh $OUT/tbo-dec18.txt | grep FLASH | tee $OUT/tbo-dec18-summary.txt
-grep -E "FAIL" $OUT/tbo-dec18.txt | head -10; tail -2 $OUT/tbo-dec18.txt
-{ [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -1 $OUT/copy-bandwidth.txt
+tbo_dec tbo-dec18 18 120 'hsk=64,hsv=64,.*type_K=(turbo[0-9]|q8_0|f16),type_V=turbo'
+copy_bw
 P='hsk=64,hsv=64,nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(q8_0|turbo4),type_V=turbo4,'
 F='hsk=64,hsv=64,nh=8,nr23=\[(4|8),1\],kv=(7680|32768),nb=1,.*type_K=(f16|q8_0|turbo4),type_V=(f16|turbo4),'
 fa_rounds fa-hd64 2 "1 18" "$P" "$F"

@@ -6,10 +6,8 @@
 . scripts/gpu/calls/common.sh; call_start 4
 cold_start
 P='hsk=(64|128),hsv=(64|128),.*type_K=(turbo3,type_V=turbo[234]|(turbo[24]|q8_0|f16),type_V=turbo3),'
-GGML_CUDA_TURBO_FA_DEC=19 timeout 90 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p "$P" > $OUT/tbo-dec19.txt 2>&1; echo "tbo DEC=19 rc $?"
-bash scripts/gpu/tbo_summary.sh $OUT/tbo-dec19.txt | grep FLASH | tee $OUT/tbo-dec19-summary.txt
-grep -E "FAIL" $OUT/tbo-dec19.txt | head -10; tail -2 $OUT/tbo-dec19.txt
-{ [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -1 $OUT/copy-bandwidth.txt
+tbo_dec tbo-dec19 19 90 "$P"
+copy_bw
 P='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=turbo3,type_V=turbo3,'
 F='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=(f16|turbo4|turbo3),type_V=(f16|turbo4|turbo3),'
 fa_rounds fa-t3 2 "14 19" "$P" "$F"

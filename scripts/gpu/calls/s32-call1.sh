@@ -8,14 +8,12 @@
 . scripts/gpu/calls/common.sh; call_start 1
 cold_start
 P20='hsk=(64|128),hsv=(64|128),.*type_K=(turbo2,type_V=turbo[234]|(turbo[34]|q8_0|f16),type_V=turbo2),'
-GGML_CUDA_TURBO_FA_DEC=20 timeout 90 $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p "$P20" > $OUT/tbo-dec20.txt 2>&1; echo "tbo DEC=20 rc $?"
-bash scripts/gpu/tbo_summary.sh $OUT/tbo-dec20.txt | grep FLASH | tee $OUT/tbo-dec20-summary.txt
+tbo_dec tbo-dec20 20 90 "$P20"
 timeout 60 $B/test-backend-ops -b CUDA0 -o SET_ROWS,GET_ROWS -p turbo -j 8 > $OUT/tbo-rows.txt 2>&1 || echo "rows rc $?"
 PD='(hsk=(64|256),.*type_K=(q8_0|f16),type_V=turbo|hsk=128,.*type_K=q8_0,type_V=turbo4,|hsk=(64|128),.*type_K=turbo[234],type_V=turbo3,|hsk=(64|128),.*type_K=turbo3,type_V=turbo[234],)'
-timeout $(( $(left) - 60 > 150 ? 150 : $(left) - 60 )) $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p "$PD" > $OUT/tbo-defaults.txt 2>&1; echo "tbo defaults rc $?"
-{ bash scripts/gpu/tbo_summary.sh $OUT/tbo-rows.txt | grep -E "SET_ROWS|GET_ROWS"; bash scripts/gpu/tbo_summary.sh $OUT/tbo-defaults.txt | grep FLASH; } | tee $OUT/tbo-defaults-summary.txt
-grep -E "FAIL" $OUT/tbo-dec20.txt $OUT/tbo-defaults.txt | head -10
-{ [ -x $B/copy-bandwidth ] && $B/copy-bandwidth; } > $OUT/copy-bandwidth.txt 2>&1; tail -1 $OUT/copy-bandwidth.txt
+bash scripts/gpu/tbo_summary.sh $OUT/tbo-rows.txt | grep -E "SET_ROWS|GET_ROWS" | tee $OUT/tbo-rows-summary.txt
+tbo_dec tbo-defaults - $(( $(left) - 60 > 150 ? 150 : $(left) - 60 )) "$PD"
+copy_bw
 P='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=turbo2,type_V=turbo2,'
 F='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=32768,nb=1,.*type_K=(f16|turbo4|turbo3|turbo2),type_V=(f16|turbo4|turbo3|turbo2),'
 fa_rounds fa-t2 2 "14 20" "$P" "$F"

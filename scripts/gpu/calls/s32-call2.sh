@@ -6,6 +6,5 @@
 ensure_build; ensure_m8b
 RUNS="f16/f16: q8_0/turbo4: turbo4/turbo4: turbo3/turbo3: turbo2/turbo2: turbo2/turbo2:GGML_CUDA_TURBO_FA_DEC=20"
 tg_env_rounds bench-m8b-defaults.txt 3 0,16384,65536 1 150 "$RUNS"
-timeout $(( $(left) - 15 )) $B/test-backend-ops -b CUDA0 -o FLASH_ATTN_EXT -p turbo -j 8 > $OUT/tbo-fa-all-defaults.txt 2>&1; echo "tbo all rc $?"
-bash scripts/gpu/tbo_summary.sh $OUT/tbo-fa-all-defaults.txt | grep FLASH | tee $OUT/tbo-fa-all-defaults-summary.txt; tail -2 $OUT/tbo-fa-all-defaults.txt
+tbo_dec tbo-fa-all-defaults - $(( $(left) - 15 )) turbo
 echo "done at $(( $(date +%s) - T0 )) s"
