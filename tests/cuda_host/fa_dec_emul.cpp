@@ -267,13 +267,14 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 and f16 K: the launcher's configuration, whatever the variant
         constexpr bool h64 = VAR == 18 || ((VAR == 19 || VAR == 20) && D == 64);  // hd 64, every pair: rows in their tile (2-byte loads), int8 V, no early V, no aligned words
         static_assert(h64 == (D == 64), "hd 64: variant 18 or 19 (the tensor-core kernel's configuration there)");
-        constexpr bool t3 = (VAR == 19 || VAR == 20) && (tK == GGML_TYPE_TURBO3_0 || tV == GGML_TYPE_TURBO3_0);  // turbo3 as index words
-        constexpr bool t2 = VAR == 20 && (tK == GGML_TYPE_TURBO2_0 || tV == GGML_TYPE_TURBO2_0);                   // turbo2 too (20)
+        constexpr bool t3 = (VAR == 19 || VAR == 20 || VAR == 21) && (tK == GGML_TYPE_TURBO3_0 || tV == GGML_TYPE_TURBO3_0);  // turbo3 as index words
+        constexpr bool t2 = (VAR == 20 || VAR == 21) && (tK == GGML_TYPE_TURBO2_0 || tV == GGML_TYPE_TURBO2_0);                // turbo2 too (20, 21)
+        static_assert(VAR != 21 || (D == 256 && (t3 || t2)), "variant 21: hd 256, pairs with turbo3 or turbo2");
         static_assert(VAR != 19 || t3, "variant 19: pairs with turbo3");
         static_assert(VAR != 20 || t2, "variant 20: pairs with turbo2");
-        constexpr bool plain = h64 || t3 || t2;  // 10's code (q8_0 / f16 K: theirs without early V)
+        constexpr bool plain = h64 || t3 || t2;  // 10's code (q8_0 / f16 K: theirs without early V; hd 256: 2 blocks per SM)
         constexpr bool st = !q8 && VAR == 5;
-        constexpr int  mb = VAR == 6 || VAR == 10 || plain ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
+        constexpr int  mb = VAR == 21 ? 2 : VAR == 6 || VAR == 10 || plain ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
         constexpr bool ev = plain ? false : q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
         constexpr bool nk = !q8 && !plain && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
         constexpr bool v8 = q8 || VAR >= 9;  // V's centroids as int8
@@ -465,6 +466,25 @@ static bool run_t2_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     return ok;
 }
 
+// hd 256 for the turbo pairs other than turbo4/turbo4 (variant 21, opt-in until a GPU run): every case for turbo3/turbo3,
+// the others once or twice
+static bool run_hd256_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
+    bool ok = true;
+    for (const fa_case & fc : cases) {
+        ok &= run_case<256, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 21>(fc, rng);
+    }
+    ok &= run_case<256, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 21>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<256, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 21>(cases[6], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 21>(cases[1], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 21>(cases[6], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO4_0, 21>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO2_0, 21>(cases[4], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO4_0, 21>(cases[0], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 21>(cases[1], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 21>(cases[6], rng);
+    return ok;
+}
+
 int main() {
     std::mt19937 rng(26);
     bool ok = true;
@@ -479,9 +499,14 @@ int main() {
         { 256, 1, 4, 1, 1, false, false, 0.0f },
         { 256, 3, 4, 2, 2, true,  false, 0.0f, true },
     };
-    if (!all && (strcmp(only, "q8") == 0 || strcmp(only, "18") == 0 || strcmp(only, "19") == 0 || strcmp(only, "20") == 0)) {
-        ok = strcmp(only, "q8") == 0 ? run_q8_cases(cases, rng) : strcmp(only, "18") == 0 ? run_hd64_cases(cases, rng) :
-             strcmp(only, "19") == 0 ? run_t3_cases(cases, rng) : run_t2_cases(cases, rng);
+    static const struct { const char * name; bool (*run)(const fa_case (&)[7], std::mt19937 &); } sets[] = {
+        { "q8", run_q8_cases }, { "18", run_hd64_cases }, { "19", run_t3_cases }, { "20", run_t2_cases }, { "21", run_hd256_cases },
+    };
+    for (const auto & set : sets) {
+        if (all || strcmp(only, set.name) != 0) {
+            continue;
+        }
+        ok = set.run(cases, rng);
         printf("%s\n", ok ? "all OK" : "FAILURES");
         return ok ? 0 : 1;
     }
@@ -572,6 +597,7 @@ int main() {
     ok &= run_hd64_cases(cases, rng);
     ok &= run_t3_cases(cases, rng);
     ok &= run_t2_cases(cases, rng);
+    ok &= run_hd256_cases(cases, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>(cases[1], rng);  // K alone (VAR 13)
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 13>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO4_0, 10>(cases[1], rng);  // int8 V (VAR 10), its words read in P.V (no early V)

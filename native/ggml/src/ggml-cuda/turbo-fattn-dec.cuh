@@ -47,14 +47,14 @@
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
 static constexpr int ggml_cuda_turbo_fa_dec_rows   = ggml_cuda_turbo_fa_dec_nwarps*WARP_SIZE;  // KV rows per tile
 
-// the shapes of the tensor-core kernel (turbo-fattn-mma.cuh): hd 128 for every turbo K and V; q8_0 or f16 K with a turbo
-// V at hd 128 and 256 (K's values as K.Q's A operand as stored -- q8_0's int8 (ggml_cuda_turbo_fa_mma_q8_words) in the
-// int8 mma, f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row); session 30); hd 256 for turbo4 K
-// and V, a row as two hd-128 halves of 68 bytes (17 words), the same word layout 17 words on (variant 15, session 29)
+// the shapes of the tensor-core kernel (turbo-fattn-mma.cuh): a turbo V with a turbo, q8_0 or f16 K at hd 64, 128 and
+// 256. q8_0 and f16 K: their values as K.Q's A operand as stored -- q8_0's int8 (ggml_cuda_turbo_fa_mma_q8_words) in the
+// int8 mma, f16 in the fp16 mma against Q as fp16 (ggml_cuda_turbo_fa_mma_f16_row; session 30). hd 256: a turbo4 row as
+// two hd-128 halves of 68 bytes (17 words; variant 15, session 29). hd 64: a turbo row is one block at a 2-byte aligned
+// start (variant 18, session 31). Which variant runs which shape by default: ggml_cuda_turbo_fa_dec below.
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_mma_supported(const int D, const ggml_type type_K, const ggml_type type_V) {
-    return ((D == 64 || D == 128) && ggml_cuda_type_is_turbo(type_K) && ggml_cuda_type_is_turbo(type_V)) ||
-           ((D == 64 || D == 128 || D == 256) && (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) && ggml_cuda_type_is_turbo(type_V)) ||
-           (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0);
+    return (D == 64 || D == 128 || D == 256) && (ggml_cuda_type_is_turbo(type_K) || type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) &&
+           ggml_cuda_type_is_turbo(type_V);
 }
 // the shapes a decode kernel of this file covers: variants 1..3 at hd 64 and 128 for turbo K and V, and the tensor-core
 // kernel's (variants 4 and up; where a variant does not take a shape the vector kernel runs)
@@ -150,7 +150,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //  20: 19 with turbo2 K and V as index words too (t2 in turbo-fattn-mma.cuh: a word of qs masked with 0x33333333 is two
 //      fields of each byte as its nibbles, 3 instructions per 16 values), pairs with turbo2 K or V at hd 64 and 128.
 //      Written and emulated in session 31, not yet run on a GPU, so only when asked. Other pairs: their default.
-static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 20;
+//  21: hd 256 for the turbo pairs other than turbo4/turbo4 (Gemma-2/3-class heads with turbo3 or turbo2 on a side): 19's
+//      and 20's words, turbo4 K as two 68-byte halves (15's reads without the aligned words), V's words read in P.V, 2
+//      blocks per SM. Written and emulated in session 31, not yet run on a GPU, so only when asked (the vector kernel
+//      otherwise).
+static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 21;
 
 // the pairs variant 19 changes: turbo3 K or V
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t3(const ggml_type type_K, const ggml_type type_V) {
@@ -843,8 +847,15 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     } else {
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, type_V == GGML_TYPE_TURBO4_0, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     }
-                } else if constexpr (D == 256) {  // variant 15 for every variant from 4 (session 30: FA alone 31.5 -> 17.7 us on an H100)
+                } else if constexpr (D == 256 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {  // variant 15 for every variant
+                    // from 4 (session 30: FA alone 31.5 -> 17.7 us on an H100)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
+                } else if constexpr (D == 256) {  // the other turbo pairs (variant 21): turbo3 and turbo2 as index words, V's words read
+                    if (var != 21) {              // in P.V, 2 blocks per SM; until a GPU run measures it, only when asked (the vector kernel
+                        return false;             // otherwise)
+                    }
+                    ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true, false, 0, false, ggml_cuda_turbo_fa_t3(type_K, type_V),
+                        ggml_cuda_turbo_fa_t2(type_K, type_V)>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
                 } else if (var >= 11 && (ggml_cuda_turbo_fa_t3(type_K, type_V) || (var == 20 && ggml_cuda_turbo_fa_t2(type_K, type_V)))) {

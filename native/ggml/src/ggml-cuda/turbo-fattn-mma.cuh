@@ -566,8 +566,8 @@ static __global__ void flash_attn_ext_turbo_mma(
     constexpr bool K2 = t2 && type_K == GGML_TYPE_TURBO2_0;  // turbo2 as index words (ggml_cuda_turbo_fa_mma_t2_words)
     constexpr bool V2 = t2 && type_V == GGML_TYPE_TURBO2_0;
     constexpr bool VW = V4 || V3 || V2;                        // V as index words, two rows interleaved
-    static_assert(!t3 || ((K3 || V3) && !stage && !early_v && !next_k && !aw && s7 == 0 && D <= 128), "turbo3 words: rows read in their tile, hd 64 / 128");
-    static_assert(!t2 || ((K2 || V2) && !stage && !early_v && !next_k && !aw && s7 == 0 && D <= 128), "turbo2 words: rows read in their tile, hd 64 / 128");
+    static_assert(!t3 || ((K3 || V3) && !stage && !early_v && !next_k && !aw && s7 == 0), "turbo3 words: rows read in their tile");
+    static_assert(!t2 || ((K2 || V2) && !stage && !early_v && !next_k && !aw && s7 == 0), "turbo2 words: rows read in their tile");
     static_assert(!aw || ((K4 || type_K == GGML_TYPE_Q8_0) && V4 && early_v && !stage), "aligned words (ggml_cuda_turbo_fa_mma_k4_load, _q8_words_aw): turbo4 or q8_0 K, turbo4 V, V loaded early");
     static_assert(s7 == 0 || (aw && v_i8), "7-bit codes (ggml_cuda_turbo_fa_mma_lookup7): variant 11's code");
     static_assert(!k_first || next_k, "the first tile's K words early (k_first): the next-tile K registers (next_k)");
@@ -963,7 +963,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                     for (int m = 0; m < NB; ++m) {
                         const char * blk = (const char *) W + m*(int) sizeof(block_turbo3_0);
                         uint32_t x[2];
-                        ggml_cuda_turbo_fa_mma_t3_words<2>(x, blk + 2, 4*(t % 2), t/2, 4*(t/2), D == 128 && m % 2 == 1);
+                        ggml_cuda_turbo_fa_mma_t3_words<2>(x, blk + 2, 4*(t % 2), t/2, 4*(t/2), D >= 128 && m % 2 == 1);
                         dk[rr][m] = __half2float(*((const half *) blk));
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
@@ -976,7 +976,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                     for (int m = 0; m < NB; ++m) {
                         const char * blk = (const char *) W + m*(int) sizeof(block_turbo2_0);
                         uint32_t x[2];
-                        ggml_cuda_turbo_fa_mma_t2_words(x, blk + 2, 4*t, D == 128 && m % 2 == 1);
+                        ggml_cuda_turbo_fa_mma_t2_words(x, blk + 2, 4*t, D >= 128 && m % 2 == 1);
                         dk[rr][m] = __half2float(*((const half *) blk));
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
@@ -1128,7 +1128,7 @@ static __global__ void flash_attn_ext_turbo_mma(
                         for (int m = 0; m < NB; ++m) {
                             const char * blk = Vr + m*(int) sizeof(block_turbo3_0);
                             uint32_t x[1];
-                            ggml_cuda_turbo_fa_mma_t3_words<1>(x, blk + 2, 4*(g % 2), g/4, 6*(g/2) - 8*(g/4), D == 128 && m % 2 == 1);
+                            ggml_cuda_turbo_fa_mma_t3_words<1>(x, blk + 2, 4*(g % 2), g/4, 6*(g/2) - 8*(g/4), D >= 128 && m % 2 == 1);
                             iw[r][m] = x[0];
                             ds[r][m] = *((const uint16_t *) blk);
                         }
