@@ -264,23 +264,28 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
     blockDim = { 32, 4, 1 };
     decltype(&flash_attn_ext_turbo_dec<D, 1, tK, tV, 1>) kernel;
     if constexpr (VAR >= 4) {  // the tensor-core kernel (5: staged, 6: 4 blocks per SM)
-        constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 and f16 K: the launcher's configuration, whatever the variant
-        constexpr bool h64 = VAR == 18 || ((VAR == 19 || VAR == 20) && D == 64);  // hd 64, every pair: rows in their tile (2-byte loads), int8 V, no early V, no aligned words
-        static_assert(h64 == (D == 64), "hd 64: variant 18 or 19 (the tensor-core kernel's configuration there)");
-        constexpr bool t3 = (VAR == 19 || VAR == 20 || VAR == 21) && (tK == GGML_TYPE_TURBO3_0 || tV == GGML_TYPE_TURBO3_0);  // turbo3 as index words
-        constexpr bool t2 = (VAR == 20 || VAR == 21) && (tK == GGML_TYPE_TURBO2_0 || tV == GGML_TYPE_TURBO2_0);                // turbo2 too (20, 21)
-        static_assert(VAR != 21 || (D == 256 && (t3 || t2)), "variant 21: hd 256, pairs with turbo3 or turbo2");
-        static_assert(VAR != 19 || t3, "variant 19: pairs with turbo3");
-        static_assert(VAR != 20 || t2, "variant 20: pairs with turbo2");
-        constexpr bool plain = h64 || t3 || t2;  // 10's code (q8_0 / f16 K: theirs without early V; hd 256: 2 blocks per SM)
-        constexpr bool st = !q8 && VAR == 5;
-        constexpr int  mb = VAR == 21 ? 2 : VAR == 6 || VAR == 10 || plain ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
-        constexpr bool ev = plain ? false : q8 ? tV == GGML_TYPE_TURBO4_0 && D == 128 : (VAR >= 7 && VAR <= 9) || VAR >= 11;
-        constexpr bool nk = !q8 && !plain && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
-        constexpr bool v8 = q8 || VAR >= 9;  // V's centroids as int8
-        constexpr bool aw = plain ? false : q8 ? VAR == 17 && tK == GGML_TYPE_Q8_0 && tV == GGML_TYPE_TURBO4_0 && D == 128 : VAR >= 11;  // the rows' aligned words
-        constexpr int  s7 = q8 || plain ? 0 : VAR == 12 || VAR == 14 || VAR == 15 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
-        constexpr bool kf = !q8 && VAR == 14;  // the first tile's K words before Q
+        // the launcher's configuration for VAR (ggml_cuda_turbo_fa_dec in turbo-fattn-dec.cuh)
+        constexpr bool q8 = tK == GGML_TYPE_Q8_0 || tK == GGML_TYPE_F16;  // q8_0 / f16 K: their code at each head dim
+        constexpr bool h3 = tK == GGML_TYPE_TURBO3_0 || tV == GGML_TYPE_TURBO3_0;
+        constexpr bool h2 = tK == GGML_TYPE_TURBO2_0 || tV == GGML_TYPE_TURBO2_0;
+        static_assert(D != 64 || q8 || VAR == 18 || VAR == 19 || VAR == 20, "hd 64, turbo K: the tensor-core kernel with 18, 19 or 20");
+        static_assert(VAR != 21 || (D == 256 && !q8 && (h3 || h2)), "variant 21: hd 256, turbo pairs with turbo3 or turbo2");
+        static_assert(VAR != 19 || h3, "variant 19: pairs with turbo3");
+        static_assert(VAR != 20 || h2, "variant 20: pairs with turbo2");
+        // turbo3 / turbo2 as index words: hd 64 (but 18), hd 128 (turbo K: from 11 on; q8_0 / f16 K: but 10 and 16), 256 (21)
+        constexpr bool t3 = h3 && (D == 64 ? VAR != 18 : D == 128 ? (q8 ? VAR != 10 && VAR != 16 : VAR >= 11) : VAR == 21);
+        constexpr bool t2 = h2 && (D == 256 ? VAR == 21 : VAR == 20 && !(q8 && D == 128 && VAR == 10));
+        constexpr bool plain = D == 64 || t3 || t2 || (q8 && D == 256);  // rows in their tile, int8 V, no early V, no aligned words
+        constexpr bool t4t4 = tK == GGML_TYPE_TURBO4_0 && tV == GGML_TYPE_TURBO4_0;
+        constexpr bool st = !q8 && !plain && VAR == 5;
+        constexpr int  mb = plain ? (D == 256 || q8 ? 2 : 4) : VAR == 6 || VAR == 10 ? 4 : VAR >= 7 ? 2 : 3;  // (launch bounds: no effect here)
+        constexpr bool q8aw = q8 && D == 128 && tK == GGML_TYPE_Q8_0 && tV == GGML_TYPE_TURBO4_0 && VAR != 10 && VAR != 16;  // 17's aligned words
+        constexpr bool ev = plain ? false : q8 ? tV == GGML_TYPE_TURBO4_0 && VAR != 10 : (D == 256 && t4t4) || (VAR >= 7 && VAR <= 9) || VAR >= 11;
+        constexpr bool nk = !q8 && !plain && D == 128 && ((VAR >= 8 && VAR <= 9) || VAR >= 11) && VAR != 15;  // (15: K in its tile)
+        constexpr bool v8 = q8 || plain || VAR >= 9 || D == 256;  // V's centroids as int8
+        constexpr bool aw = plain ? false : q8 ? q8aw : VAR >= 11 || D == 256;  // the rows' aligned words
+        constexpr int  s7 = q8 || plain ? 0 : D == 256 || VAR == 12 || VAR == 14 || VAR == 15 || VAR >= 16 ? 3 : VAR == 13 ? 1 : 0;  // 7-bit codes, sign-mode lookups (K and V / K)
+        constexpr bool kf = !q8 && !plain && D == 128 && (VAR == 14 || VAR >= 16);  // the first tile's K words before Q
         kernel = G == 8 ? flash_attn_ext_turbo_mma<D, 8, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2> : G == 4 ? flash_attn_ext_turbo_mma<D, 4, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2> :
                  G == 2 ? flash_attn_ext_turbo_mma<D, 2, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2> : flash_attn_ext_turbo_mma<D, 1, tK, tV, st, mb, ev, nk, v8, aw, s7, kf, t3, t2>;
     } else {
@@ -378,13 +383,15 @@ static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 14>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO3_0, 14>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 14>(cases[4], rng);
-    // q8_0 K and turbo4 V read as aligned words (variant 17, opt-in until a GPU run): every case
+    // (above, 14: q8_0/turbo4 as aligned words, variant 17's code, the default since session 31; q8_0 / f16 K with turbo3
+    // V: its index words, 19's.) Session 30's code for q8_0/turbo4 (variant 16 at hd 128, kept for A/B runs): every case
     for (const fa_case & fc : cases) {
-        ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 17>(fc, rng);
+        ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>(fc, rng);
     }
-    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 17>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
-    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 17>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
-    // hd 256 (variant 16, opt-in until a GPU run: V's words read in P.V)
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>({ 640, 2, 8, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
+    ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO3_0, 16>(cases[1], rng);
+    // hd 256 (variant 16, the default there since session 31: V's words read in P.V)
     for (const fa_case & fc : cases) {
         ok &= run_case<256, GGML_TYPE_Q8_0, GGML_TYPE_TURBO4_0, 16>(fc, rng);
         ok &= run_case<256, GGML_TYPE_F16, GGML_TYPE_TURBO4_0, 16>(fc, rng);
@@ -396,7 +403,8 @@ static bool run_q8_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     return ok;
 }
 
-// hd 64 on the tensor-core kernel (variant 18, opt-in until a GPU run): a row is one block at a 2-byte aligned start
+// hd 64 on the tensor-core kernel (variant 18; the default for q8_0 / f16 K since session 31, turbo K only when asked): a row
+// is one block at a 2-byte aligned start
 // (the contiguous cases: every other row; the cache's layout, cells: every other head), every pair
 static bool run_hd64_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     bool ok = true;
@@ -421,7 +429,7 @@ static bool run_hd64_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     return ok;
 }
 
-// turbo3 K and V as index words (variant 19, opt-in until a GPU run): every case for turbo3/turbo3 at hd 128 and 64, the
+// turbo3 K and V as index words (variant 19, the default for pairs with turbo3 since session 31): every case for turbo3/turbo3 at hd 128 and 64, the
 // mixed pairs with turbo3 on one side
 static bool run_t3_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     bool ok = true;

@@ -26,11 +26,11 @@
 //     one block's latency.
 //   - the KV length is split over gridDim.y by upstream's launch_fattn (parallel blocks chosen
 //     to fill whole waves) and merged by its combine kernel, as for the vector kernel.
-// Head dims 64 and 128; no logit softcap (those go to the vector kernel). ALiBi, sinks, the
-// mask and KV_max as in the vector kernel.
+// Head dims 64 and 128 (the tensor-core kernel: 64, 128 and 256); no logit softcap (those go to the vector kernel).
+// ALiBi, sinks, the mask and KV_max as in the vector kernel.
 //
 // GGML_CUDA_TURBO_FA_DEC (run time, read once): 0 = never (the vector kernel, as before this
-// change), 1 = use this kernel, 2 and 3 its staged variants, 4..15 the tensor-core kernel (below); unset =
+// change), 1 = use this kernel, 2 and 3 its staged variants, 4..21 the tensor-core kernel (below); unset =
 // GGML_CUDA_TURBO_FA_DEC_DEFAULT. For A/B runs of one build.
 #pragma once
 
@@ -41,7 +41,7 @@
 #include "turbo.cuh"
 
 #ifndef GGML_CUDA_TURBO_FA_DEC_DEFAULT
-#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 14  // the tensor-core kernel, next tile's K loaded ahead (the first tile's before Q), aligned words, K and V as 7-bit codes in sign-mode lookups (sessions 23 and 29; other turbo pairs at hd 128 run variant 6, other head dims 1)
+#define GGML_CUDA_TURBO_FA_DEC_DEFAULT 14  // turbo4/turbo4 at hd 128: the tensor-core kernel, next tile's K loaded ahead (the first tile's before Q), aligned words, K and V as 7-bit codes in sign-mode lookups (sessions 23 and 29); what the default runs for every other shape: ggml_cuda_turbo_fa_dec
 #endif
 
 static constexpr int ggml_cuda_turbo_fa_dec_nwarps = 4;
@@ -717,11 +717,10 @@ static inline int ggml_cuda_turbo_fa_dec_heads(const int D, const ggml_tensor * 
     return 1;
 }
 
-// the tensor-core kernel (variant 4) reads rows as 4-byte words: their starts must be 4-byte
-// aligned (turbo4 rows of 128 values are 68 bytes, so the cache's are); it needs sm_80's mma
+// whether the tensor-core kernel can read tensor t's rows: as 4-byte words at hd 128 and 256 (turbo4 rows of 128 values
+// are 68 bytes, so the cache's start 4-byte aligned), 16-byte loads for f16 K, 2-byte loads for turbo rows at hd 64
+// (34, 26, 18 bytes: every other head of the cache starts 2 bytes past a word); and sm_80's mma
 static bool ggml_cuda_turbo_fa_mma_ok(const ggml_tensor * t) {
-    // f16 K: 16-byte loads (ggml_cuda_turbo_fa_mma_f16_row); turbo rows of 64 values: 2-byte loads (ggml_cuda_turbo_fa_mma_word2,
-    // ggml_cuda_turbo_fa_dec_K / _V_sel); else 4-byte words
     const size_t a = t->type == GGML_TYPE_F16 ? 16 : t->ne[0] == 64 && ggml_cuda_type_is_turbo(t->type) ? 2 : 4;
     return ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc) &&
         ((uintptr_t) t->data % a) == 0 && t->nb[1] % a == 0 && t->nb[2] % a == 0 && t->nb[3] % a == 0;

@@ -1,5 +1,5 @@
 // tqgguf: flash-attention decode for turbo K and V on tensor cores (mma.sync), one query per
-// sequence: variants 4..19 of GGML_CUDA_TURBO_FA_DEC (turbo-fattn-dec.cuh lists them and which is the default
+// sequence: variants 4..21 of GGML_CUDA_TURBO_FA_DEC (turbo-fattn-dec.cuh lists them and which is the default
 // where, includes this file and dispatches to it; shapes it does not cover take variant 1 or the vector kernel).
 //
 // Why: variant 1 decodes each K/V byte once for the G Q heads of a K/V head, then multiplies on
@@ -30,20 +30,21 @@
 // 16 fp16 mma, 4 movmatrix. The split over gridDim.y and its merge are upstream's launch_fattn
 // and combine kernel, as for variant 1.
 //
-// turbo3 and turbo2 (and mixed pairs) take the same path with the decode kernel's index code:
-// K rows through ggml_cuda_turbo_fa_dec_K (plain element order, Q's B registers likewise), V rows
-// through ggml_cuda_turbo_fa_dec_V_sel, each row looked up alone and the pairs formed after (their
-// 8- and 4-entry tables are one PRMT per 4 values).
+// turbo3 and turbo2 (and mixed pairs) take the same path. With t3 / t2 (variants 19-21; turbo3's by default since
+// session 31) their rows are read as index words in turbo4's layout (ggml_cuda_turbo_fa_mma_t3_words, _t2_words), so
+// the code above serves them; without, with the decode kernel's index code: K rows through ggml_cuda_turbo_fa_dec_K
+// (plain element order, Q's B registers likewise), V rows through ggml_cuda_turbo_fa_dec_V_sel, each row looked up
+// alone and the pairs formed after (their 8- and 4-entry tables are one PRMT per 4 values).
 //
 // q8_0 K (session 30): its int8 values go to K.Q's A as stored (no table), with one C accumulator per 32-dim
 // k-step, since each q8_0 block has its own scale. f16 K: K.Q in the fp16 mma (m16n8k16) against Q as fp16, 8 k-steps,
 // C as the fp32 score. Both with any turbo V, by V's code above.
 //
-// Covered: head dim 128, every turbo K, q8_0 K and f16 K with every turbo V, rows 4-byte aligned (16 for f16 K;
-// the host checks the strides; turbo rows of 128 values are 68, 52 and 36 bytes, q8_0's 136, f16's 256, so the
-// cache's rows are); hd 256 for turbo4 K and V (variant 15; q8_0 / f16 K: 16); hd 64 for the same pairs as hd 128
-// (variant 18: a turbo row is one block at a 2-byte aligned start, read 2 bytes at a time); no logit softcap. Needs the int8/fp16 mma of sm_80+
-// (ampere_mma_available on the host).
+// Covered: head dims 64, 128 and 256, every turbo K, q8_0 K and f16 K with every turbo V (hd 256: turbo4/turbo4 by
+// variant 15, q8_0 / f16 K by 16, the other turbo pairs by 21); no logit softcap. Rows 4-byte aligned at hd 128 and
+// 256 (16 for f16 K; the host checks the strides; turbo rows of 128 values are 68, 52 and 36 bytes, q8_0's 136, f16's
+// 256, so the cache's rows are); at hd 64 a turbo row is one block at a 2-byte aligned start, read 2 bytes at a time
+// (variant 18). Needs the int8/fp16 mma of sm_80+ (ampere_mma_available on the host).
 #pragma once
 
 // (ggml_cuda_turbo_fa_mma_supported, the shapes this kernel covers, is in turbo-fattn-dec.cuh: the decode kernels'
