@@ -285,6 +285,22 @@ static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_t2_words(uint32_t 
 static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_t2_elem(const int t, const int j, const int k, const bool hi) {
     return 4*t + k + 16*j + 32*hi;
 }
+// a K row's turbo3 or turbo2 block read as index words by lane t (t3 / t2): its words j = 0, 1 (K.Q's k-steps), from
+// the block's qs (a4: known 4-byte aligned where the reads are)
+template <ggml_type type>
+static __device__ __forceinline__ void ggml_cuda_turbo_fa_mma_k_words(uint32_t (&x)[2], const char * qs, const int t, const bool a4) {
+    if constexpr (type == GGML_TYPE_TURBO3_0) {
+        ggml_cuda_turbo_fa_mma_t3_words<2>(x, qs, 4*(t % 2), t/2, 4*(t/2), a4);  // rows t/2, t/2 + 1; fields 4 (t/2) + 2j, + 1
+    } else {
+        static_assert(type == GGML_TYPE_TURBO2_0, "turbo3 or turbo2");
+        ggml_cuda_turbo_fa_mma_t2_words(x, qs, 4*t, a4);                         // qs bytes 4t .. 4t + 3
+    }
+}
+// the element (of its 64) in byte k of K word j of lane t (ggml_cuda_turbo_fa_mma_k_words); hi: the word's high nibbles
+template <ggml_type type>
+static __device__ __forceinline__ int ggml_cuda_turbo_fa_mma_k_elem(const int t, const int j, const int k, const bool hi) {
+    return type == GGML_TYPE_TURBO3_0 ? ggml_cuda_turbo_fa_mma_t3_elem(t, j, k, hi) : ggml_cuda_turbo_fa_mma_t2_elem(t, j, k, hi);
+}
 
 // q8_0 K (hd 128 / 256: 4 / 8 blocks of 32, 136 / 272 bytes, a 4-byte aligned start): K.Q's A registers of lane t for
 // the k-step of block b = its int8 values at qs offsets 4t (a0: A columns 4t..4t+3) and 16 + 4t (a1: columns
@@ -715,23 +731,13 @@ static __global__ void flash_attn_ext_turbo_mma(
                     }
                     Bq[m][j][h] = b;
                 }
-            } else if constexpr (K3) {  // the words' element order: b0 = the A register of the low 16 bits' nibbles, b1 the high ones'
+            } else if constexpr (K3 || K2) {  // the words' element order: b0 = the A register of the low 16 bits' nibbles, b1 the high ones'
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     uint32_t b = 0;
 #pragma unroll
-                    for (int k = 0; k < 4; ++k) {  // nibble k: byte 2h + k/2 of the word, field r (k even) or r + 1
-                        b |= (uint32_t) (uint8_t) sh_q[g][64*m + ggml_cuda_turbo_fa_mma_t3_elem(t, j, 2*h + k/2, k % 2)] << (8*k);
-                    }
-                    Bq[m][j][h] = b;
-                }
-            } else if constexpr (K2) {  // nibble k of word j's low (h = 0) / high 16 bits: byte 2h + k/2, field low / high
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    uint32_t b = 0;
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) {
-                        b |= (uint32_t) (uint8_t) sh_q[g][64*m + ggml_cuda_turbo_fa_mma_t2_elem(t, j, 2*h + k/2, k % 2)] << (8*k);
+                    for (int k = 0; k < 4; ++k) {  // nibble k: byte 2h + k/2 of the word, its low (k even) or high nibble
+                        b |= (uint32_t) (uint8_t) sh_q[g][64*m + ggml_cuda_turbo_fa_mma_k_elem<type_K>(t, j, 2*h + k/2, k % 2)] << (8*k);
                     }
                     Bq[m][j][h] = b;
                 }
@@ -959,29 +965,16 @@ static __global__ void flash_attn_ext_turbo_mma(
                             A[m][j][rr + 2] = a[2*m + j][1];
                         }
                     }
-                } else if constexpr (K3) {  // per block the words of fields 4h + 2j, + 1 (j = 0, 1; h = t/2) of elements 4 (t % 2) ..
+                } else if constexpr (K3 || K2) {  // per block its two index words (ggml_cuda_turbo_fa_mma_k_words) and d
 #pragma unroll
                     for (int m = 0; m < NB; ++m) {
-                        const char * blk = (const char *) W + m*(int) sizeof(block_turbo3_0);
-                        uint32_t x[2];
-                        ggml_cuda_turbo_fa_mma_t3_words<2>(x, blk + 2, 4*(t % 2), t/2, 4*(t/2), D >= 128 && m % 2 == 1);
+                        const char * blk = (const char *) W + m*(int) sizeof(block_K);
+                        uint32_t x[2];  // (an odd block's qs lie 4-byte aligned in rows of 128 and 256 values: 26 m + 2, 18 m + 2)
+                        ggml_cuda_turbo_fa_mma_k_words<type_K>(x, blk + 2, t, D >= 128 && m % 2 == 1);
                         dk[rr][m] = __half2float(*((const half *) blk));
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
-                            A[m][j][rr + 0] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j]);        // 8 entries, nibbles' bit 3 clear
-                            A[m][j][rr + 2] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j] >> 16);
-                        }
-                    }
-                } else if constexpr (K2) {  // per block the words of qs bytes 4t .. 4t + 3 (fields 0 / 2, then 1 / 3) and d
-#pragma unroll
-                    for (int m = 0; m < NB; ++m) {
-                        const char * blk = (const char *) W + m*(int) sizeof(block_turbo2_0);
-                        uint32_t x[2];
-                        ggml_cuda_turbo_fa_mma_t2_words(x, blk + 2, 4*t, D >= 128 && m % 2 == 1);
-                        dk[rr][m] = __half2float(*((const half *) blk));
-#pragma unroll
-                        for (int j = 0; j < 2; ++j) {
-                            A[m][j][rr + 0] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j]);        // 4 entries, nibbles' bits 2, 3 clear
+                            A[m][j][rr + 0] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j]);  // 8 or 4 entries: the nibbles' high bits clear
                             A[m][j][rr + 2] = ggml_cuda_turbo_prmt(tK[0], tK[1], x[j] >> 16);
                         }
                     }
@@ -1260,22 +1253,16 @@ static __global__ void flash_attn_ext_turbo_mma(
         if (h < ng) {
 #pragma unroll
             for (int i = 0; i < NM; ++i) {
-                if constexpr (V3) {  // m-tile i = 4m + 2s + kp: field 2 (g/2) + s of element 4 (g % 2) + kp (word byte 2kp) and + 2 (byte 2kp + 1)
-                    const int e = 64*(i/4) + 8*(2*(g/2) + (i/2) % 2) + 4*(g % 2) + i % 2;
-                    sh_acc[warp][h][e]     = O[i][hh]*fv;
-                    sh_acc[warp][h][e + 2] = O[i][hh + 2]*fv;
-                    continue;
-                }
-                if constexpr (V2) {  // m-tile i = 4m + 2s + kp: field kp (s = 0) / 2 + kp of elements 2g, 2g + 1 (word bytes 2kp, 2kp + 1)
-                    const int e = 64*(i/4) + 32*((i/2) % 2) + 16*(i % 2) + 2*g;
-                    sh_acc[warp][h][e]     = O[i][hh]*fv;
-                    sh_acc[warp][h][e + 1] = O[i][hh + 2]*fv;
-                    continue;
-                }
-                // sigma(i, g): m-tile i = 4m + 2s + kp holds elements 32s + the qs bytes at positions 2kp, 2kp + 1 of block m's word
-                const int e = 64*(i/4) + 32*((i/2) % 2) + ggml_cuda_turbo_fa_mma_qs_pos<aw>(i/4, 0, g, 2*(i % 2));
-                sh_acc[warp][h][e]     = O[i][hh]*fv;
-                sh_acc[warp][h][e + 1] = O[i][hh + 2]*fv;
+                // m-tile i = 4m + 2s + kp of lane g: its A rows g and g + 8 hold the elements e and e + de of block m
+                //   V3: field 2 (g/2) + s of element 4 (g % 2) + kp (word byte 2kp) and + 2 (byte 2kp + 1)
+                //   V2: field kp (s = 0) / 2 + kp (s = 1) of elements 2g, 2g + 1 (word bytes 2kp, 2kp + 1)
+                //   else: 32s + the qs bytes at positions 2kp, 2kp + 1 of block m's word
+                const int e  = 64*(i/4) + (V3 ? 8*(2*(g/2) + (i/2) % 2) + 4*(g % 2) + i % 2 :
+                                           V2 ? 32*((i/2) % 2) + 16*(i % 2) + 2*g :
+                                                32*((i/2) % 2) + ggml_cuda_turbo_fa_mma_qs_pos<aw>(i/4, 0, g, 2*(i % 2)));
+                const int de = V3 ? 2 : 1;
+                sh_acc[warp][h][e]      = O[i][hh]*fv;
+                sh_acc[warp][h][e + de] = O[i][hh + 2]*fv;
             }
         }
     }
