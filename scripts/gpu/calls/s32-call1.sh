@@ -7,6 +7,7 @@
 # at hd 64 / 128; (3) FA alone turbo2/turbo2 (hd 128, GQA 4, KV 32768), the default (variant 6 there) against 20, two
 # rounds, f16 / turbo4 / turbo3 in the first.
 . scripts/gpu/calls/common.sh; call_start 1
+export EXTRA_TARGETS=llama-perplexity  # for s32-call3.sh's KLD on the warm machine (ensure_build builds only when cold)
 cold_start
 P20='hsk=(64|128),hsv=(64|128),.*type_K=(turbo2,type_V=turbo[234]|(turbo[34]|q8_0|f16),type_V=turbo2),'
 tbo_dec tbo-dec20 20 90 "$P20"
