@@ -273,8 +273,9 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         static_assert(VAR != 19 || h3, "variant 19: pairs with turbo3");
         static_assert(VAR != 20 || h2, "variant 20: pairs with turbo2");
         // turbo3 / turbo2 as index words: hd 64 (but 18), hd 128 (turbo K: from 11 on; q8_0 / f16 K: but 10 and 16), 256 (21)
-        constexpr bool t3 = h3 && (D == 64 ? VAR != 18 : D == 128 ? (q8 ? VAR != 10 && VAR != 16 : VAR >= 11) : VAR == 21);
-        constexpr bool t2 = h2 && (D == 256 ? VAR == 21 : VAR == 20 && !(q8 && D == 128 && VAR == 10));
+        // (hd 256: pairs with turbo2 only with 21, the others from 4 on); turbo2: ggml_cuda_turbo_fa_t2_words at hd 64 / 128
+        constexpr bool t3 = h3 && (D == 64 ? VAR != 18 : D == 128 ? (q8 ? VAR != 10 && VAR != 16 : VAR >= 11) : VAR == 21 || !h2);
+        constexpr bool t2 = h2 && (D == 256 ? VAR == 21 : ggml_cuda_turbo_fa_t2_words(VAR));
         constexpr bool plain = D == 64 || t3 || t2 || (q8 && D == 256);  // rows in their tile, int8 V, no early V, no aligned words
         constexpr bool t4t4 = tK == GGML_TYPE_TURBO4_0 && tV == GGML_TYPE_TURBO4_0;
         constexpr bool st = !q8 && !plain && VAR == 5;
@@ -452,8 +453,9 @@ static bool run_t3_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     return ok;
 }
 
-// turbo2 K and V as index words (variant 20, opt-in until a GPU run): every case for turbo2/turbo2 at hd 128 and 64, the
-// mixed pairs with turbo2 on one side (turbo3 beside it as words too)
+// turbo2 K and V as index words (variant 20, the default at hd 128 and for q8_0 / f16 K at hd 64 since session 32): every
+// case for turbo2/turbo2 at hd 128 and 64, the mixed pairs with turbo2 on one side (turbo3 beside it as words too), and
+// the default's number (14) on the pairs it now runs them for
 static bool run_t2_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     bool ok = true;
     for (const fa_case & fc : cases) {
@@ -471,11 +473,14 @@ static bool run_t2_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     ok &= run_case<128, GGML_TYPE_Q8_0, GGML_TYPE_TURBO2_0, 20>(cases[6], rng);
     ok &= run_case<128, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 20>({ 512, 2, 7, 2, 2, true, true, 0.0f, true }, rng);
     ok &= run_case< 64, GGML_TYPE_F16, GGML_TYPE_TURBO2_0, 20>(cases[1], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO2_0, 14>(cases[4], rng);
+    ok &= run_case<128, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO2_0, 14>(cases[6], rng);
+    ok &= run_case< 64, GGML_TYPE_Q8_0, GGML_TYPE_TURBO2_0, 14>(cases[1], rng);
     return ok;
 }
 
-// hd 256 for the turbo pairs other than turbo4/turbo4 (variant 21, opt-in until a GPU run): every case for turbo3/turbo3,
-// the others once or twice
+// hd 256 for the turbo pairs other than turbo4/turbo4 (variant 21; the default since session 32 for the pairs without
+// turbo2): every case for turbo3/turbo3, the others once or twice, and the default's number (14) on two pairs
 static bool run_hd256_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     bool ok = true;
     for (const fa_case & fc : cases) {
@@ -490,6 +495,8 @@ static bool run_hd256_cases(const fa_case (&cases)[7], std::mt19937 & rng) {
     ok &= run_case<256, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO4_0, 21>(cases[0], rng);
     ok &= run_case<256, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO2_0, 21>(cases[1], rng);
     ok &= run_case<256, GGML_TYPE_TURBO2_0, GGML_TYPE_TURBO3_0, 21>(cases[6], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO3_0, GGML_TYPE_TURBO3_0, 14>(cases[4], rng);
+    ok &= run_case<256, GGML_TYPE_TURBO4_0, GGML_TYPE_TURBO3_0, 14>(cases[1], rng);
     return ok;
 }
 

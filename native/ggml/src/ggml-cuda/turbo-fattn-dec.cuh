@@ -149,11 +149,20 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_dec_supported(const
 //      turbo K at hd 64 only when asked, as 18. Other pairs: their default.
 //  20: 19 with turbo2 K and V as index words too (t2 in turbo-fattn-mma.cuh: a word of qs masked with 0x33333333 is two
 //      fields of each byte as its nibbles, 3 instructions per 16 values), pairs with turbo2 K or V at hd 64 and 128.
-//      Written and emulated in session 31, not yet run on a GPU, so only when asked. Other pairs: their default.
+//      Written and emulated in session 31, measured in session 32 (an H100): 136 test-backend-ops cases OK (hd 64 and
+//      128, every pair with turbo2 on a side); FA alone turbo2/turbo2 (hd 128, GQA 4, KV 32768) 23.6 us -> 17.1; 8B shape
+//      tg64 0.879 / 1.045 / 1.404x f16 -> 0.897 / 1.063 / 1.548x at d0 / 16K / 64K; decode-path KLD against variant 6
+//      0.000001 (the floor 0.000000). So turbo2's words run wherever turbo3's do (ggml_cuda_turbo_fa_t2_words: every
+//      variant from 11 but 16, 18 and 19, which give the code before them). Other pairs: their default.
 //  21: hd 256 for the turbo pairs other than turbo4/turbo4 (Gemma-2/3-class heads with turbo3 or turbo2 on a side): 19's
 //      and 20's words, turbo4 K as two 68-byte halves (15's reads without the aligned words), V's words read in P.V, 2
-//      blocks per SM. Written and emulated in session 31, not yet run on a GPU, so only when asked (the vector kernel
-//      otherwise).
+//      blocks per SM. Written and emulated in session 31, measured in session 32 (an H100): 64 test-backend-ops cases OK;
+//      FA alone (1 K/V head, GQA 4, KV 32768) turbo3 31.8 us (the vector kernel) -> 17.7, turbo2 22.3 -> 14.5; Gemma-3-4B
+//      shape turbo3 tg64 0.864 / 0.857 / 0.847x f16 -> 0.903 / 0.870 / 1.006x; decode-path KLD against the vector kernel
+//      turbo3 0.000009, turbo2 0.000014 (Same top p 100 % and 86 % on the random-weight shape, whose near-flat
+//      distributions flip the top token on the smallest change). So the pairs without turbo2 take it for every variant
+//      from 4; pairs with turbo2 only when asked (the vector kernel otherwise) until a model with real weights measures
+//      their top token.
 static constexpr int ggml_cuda_turbo_fa_dec_nvariants = 21;
 
 // the pairs variant 19 changes: turbo3 K or V
@@ -163,6 +172,11 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t3(const ggml_type 
 // the pairs variant 20 adds: turbo2 K or V
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t2(const ggml_type type_K, const ggml_type type_V) {
     return type_K == GGML_TYPE_TURBO2_0 || type_V == GGML_TYPE_TURBO2_0;
+}
+// whether variant VAR reads turbo2 as index words at hd 64 and 128 (variant 20's code; the default since session 32):
+// every variant from 11 but 16, 18 and 19, which run their code as measured before turbo2's words (A/B runs)
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t2_words(const int VAR) {
+    return VAR >= 11 && VAR != 16 && VAR != 18 && VAR != 19;
 }
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
@@ -829,15 +843,17 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM; turbo3 as index
                     // words but with 18 (19; turbo K: only when asked, above), turbo2 as index words with 20
-                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), var != 18, var == 20);
+                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), var != 18,
+                        ggml_cuda_turbo_fa_t2_words(var));
                 } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
                     if constexpr (D == 256) {  // variant 16 (session 31): V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                    } else if ((var != 16 && type_V == GGML_TYPE_TURBO3_0) || (var == 20 && type_V == GGML_TYPE_TURBO2_0)) {  // turbo3 V as index
-                        // words (19; 16: without, session 30's code), turbo2 V with 20
-                        ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 2>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2), true, var == 20);
+                    } else if ((var != 16 && type_V == GGML_TYPE_TURBO3_0) || (ggml_cuda_turbo_fa_t2_words(var) && type_V == GGML_TYPE_TURBO2_0)) {
+                        // turbo3 V as index words (19; 16: without, session 30's code), turbo2 V (20)
+                        ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 2>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2), true,
+                            ggml_cuda_turbo_fa_t2_words(var));
                     } else if (var != 16 && type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {  // variant 17 (session 31): q8_0's and turbo4's
                         // aligned words, 3 blocks per SM (16: session 30's code, below, for A/B runs)
                         if constexpr (type_K == GGML_TYPE_Q8_0 && type_V == GGML_TYPE_TURBO4_0) {
@@ -850,16 +866,18 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                     // from 4 (session 30: FA alone 31.5 -> 17.7 us on an H100)
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, true, false, true, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if constexpr (D == 256) {  // the other turbo pairs (variant 21): turbo3 and turbo2 as index words, V's words read
-                    if (var != 21) {              // in P.V, 2 blocks per SM; until a GPU run measures it, only when asked (the vector kernel
-                        return false;             // otherwise)
+                    if (var != 21 && ggml_cuda_turbo_fa_t2(type_K, type_V)) {  // in P.V, 2 blocks per SM; pairs with turbo2 only when
+                        return false;                                          // asked (the vector kernel otherwise; 21 above)
                     }
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true, false, 0, false, ggml_cuda_turbo_fa_t3(type_K, type_V),
                         ggml_cuda_turbo_fa_t2(type_K, type_V)>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var >= 11 && (ggml_cuda_turbo_fa_t3(type_K, type_V) || (var == 20 && ggml_cuda_turbo_fa_t2(type_K, type_V)))) {
-                    // turbo3 K or V as index words (19): 10 with them (6 gives these pairs' code before session 31); turbo2 with 20
-                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), true, var == 20);
+                } else if (var >= 11 && (ggml_cuda_turbo_fa_t3(type_K, type_V) ||
+                                         (ggml_cuda_turbo_fa_t2_words(var) && ggml_cuda_turbo_fa_t2(type_K, type_V)))) {
+                    // turbo3 K or V as index words (19): 10 with them (6 gives these pairs' code before session 31); turbo2 (20)
+                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), true,
+                        ggml_cuda_turbo_fa_t2_words(var));
                 } else if (var >= 12 && type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                     if constexpr (type_K == GGML_TYPE_TURBO4_0 && type_V == GGML_TYPE_TURBO4_0) {
                         if (var == 15) {  // 12 with K read in its tile, not a tile ahead (hd 256's code)
