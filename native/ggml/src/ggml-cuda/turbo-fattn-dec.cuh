@@ -842,7 +842,7 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
         if constexpr (ggml_cuda_turbo_fa_mma_supported(D, type_K, type_V)) {
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM; turbo3 as index
-                    // words but with 18 (19; turbo K: only when asked, above), turbo2 as index words with 20
+                    // words but with 18 (19; turbo K: only when asked, above), turbo2 as index words but with 18 and 19 (20)
                     ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), var != 18,
                         ggml_cuda_turbo_fa_t2_words(var));
                 } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
