@@ -272,10 +272,10 @@ static bool run_case(const fa_case & fc, std::mt19937 & rng) {
         static_assert(VAR != 21 || (D == 256 && !q8 && (h3 || h2)), "variant 21: hd 256, turbo pairs with turbo3 or turbo2");
         static_assert(VAR != 19 || h3, "variant 19: pairs with turbo3");
         static_assert(VAR != 20 || h2, "variant 20: pairs with turbo2");
-        // turbo3 / turbo2 as index words: hd 64 (but 18), hd 128 (turbo K: from 11 on; q8_0 / f16 K: but 10 and 16), 256 (21)
-        // (hd 256: pairs with turbo2 only with 21, the others from 4 on); turbo2: ggml_cuda_turbo_fa_t2_words at hd 64 / 128
-        constexpr bool t3 = h3 && (D == 64 ? VAR != 18 : D == 128 ? (q8 ? VAR != 10 && VAR != 16 : VAR >= 11) : VAR == 21 || !h2);
-        constexpr bool t2 = h2 && (D == 256 ? VAR == 21 : ggml_cuda_turbo_fa_t2_words(VAR));
+        static_assert(D != 256 || q8 || !h2 || VAR == 21, "hd 256, turbo pairs with turbo2: variant 21 (the vector kernel otherwise)");
+        // turbo3 / turbo2 as index words: the launcher's predicates (hd 256: 21's code for turbo K, 16's without for q8_0 / f16)
+        constexpr bool t3 = h3 && ggml_cuda_turbo_fa_t3_words(D, q8, VAR);
+        constexpr bool t2 = h2 && (D == 256 ? !q8 : ggml_cuda_turbo_fa_t2_words(VAR));
         constexpr bool plain = D == 64 || t3 || t2 || (q8 && D == 256);  // rows in their tile, int8 V, no early V, no aligned words
         constexpr bool t4t4 = tK == GGML_TYPE_TURBO4_0 && tV == GGML_TYPE_TURBO4_0;
         constexpr bool st = !q8 && !plain && VAR == 5;

@@ -178,6 +178,13 @@ static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t2(const ggml_type 
 static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t2_words(const int VAR) {
     return VAR >= 11 && VAR != 16 && VAR != 18 && VAR != 19;
 }
+// whether variant VAR reads turbo3 as index words (variant 19's code) on the tensor-core kernel at head dim D, kq: q8_0 or
+// f16 K: hd 64 but with 18; hd 128 with turbo K from 11 on (6 gives the code before it), with q8_0 / f16 K but with 10
+// and 16; hd 256 with turbo K (21's code: taken for every variant from 4 where the pair has no turbo2), never with
+// q8_0 / f16 K (16's code)
+static constexpr __host__ __device__ bool ggml_cuda_turbo_fa_t3_words(const int D, const bool kq, const int VAR) {
+    return D == 64 ? VAR != 18 : D == 128 ? (kq ? VAR != 10 && VAR != 16 : VAR >= 11) : !kq;
+}
 
 // minimum resident blocks per SM in __launch_bounds__ (128 threads): 3 -> at most 168 registers
 static constexpr __host__ __device__ int ggml_cuda_turbo_fa_dec_min_blocks(const int D, const int G, const int VAR = 1) {
@@ -843,14 +850,15 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
             if (ggml_cuda_turbo_fa_mma_ok(K) && ggml_cuda_turbo_fa_mma_ok(V)) {
                 if constexpr (D == 64) {  // variant 18: rows read in their tile, V as int8 centroids, 4 blocks per SM; turbo3 as index
                     // words but with 18 (19; turbo K: only when asked, above), turbo2 as index words but with 18 and 19 (20)
-                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), var != 18,
-                        ggml_cuda_turbo_fa_t2_words(var));
+                    ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4),
+                        ggml_cuda_turbo_fa_t3_words(D, !ggml_cuda_type_is_turbo(type_K), var), ggml_cuda_turbo_fa_t2_words(var));
                 } else if constexpr (type_K == GGML_TYPE_Q8_0 || type_K == GGML_TYPE_F16) {  // q8_0 and f16 K (session 30): V as int8 centroids; turbo4 V's words loaded before K.Q
                     if constexpr (D == 256) {  // variant 16 (session 31): V's words read in P.V (registers: O holds 16 m-tiles), 2 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 2, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                     } else if (var == 10) {  // V's words read in P.V, 3 blocks per SM
                         ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, false, 3, false, false, true>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                    } else if ((var != 16 && type_V == GGML_TYPE_TURBO3_0) || (ggml_cuda_turbo_fa_t2_words(var) && type_V == GGML_TYPE_TURBO2_0)) {
+                    } else if ((ggml_cuda_turbo_fa_t3_words(D, true, var) && type_V == GGML_TYPE_TURBO3_0) ||
+                               (ggml_cuda_turbo_fa_t2_words(var) && type_V == GGML_TYPE_TURBO2_0)) {
                         // turbo3 V as index words (19; 16: without, session 30's code), turbo2 V (20)
                         ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 2>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2), true,
                             ggml_cuda_turbo_fa_t2_words(var));
@@ -873,8 +881,8 @@ static bool ggml_cuda_turbo_fa_dec(ggml_backend_cuda_context & ctx, ggml_tensor 
                         ggml_cuda_turbo_fa_t2(type_K, type_V)>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 2));
                 } else if (var == 5) {
                     ggml_cuda_turbo_fa_mma_launch<D, type_K, type_V, true, 3>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 3));
-                } else if (var >= 11 && (ggml_cuda_turbo_fa_t3(type_K, type_V) ||
-                                         (ggml_cuda_turbo_fa_t2_words(var) && ggml_cuda_turbo_fa_t2(type_K, type_V)))) {
+                } else if ((ggml_cuda_turbo_fa_t3_words(D, false, var) && ggml_cuda_turbo_fa_t3(type_K, type_V)) ||
+                           (ggml_cuda_turbo_fa_t2_words(var) && ggml_cuda_turbo_fa_t2(type_K, type_V))) {
                     // turbo3 K or V as index words (19): 10 with them (6 gives these pairs' code before session 31); turbo2 (20)
                     ggml_cuda_turbo_fa_mma_launch_words<D, type_K, type_V, 4>(ctx, dst, ggml_cuda_turbo_fa_mma_heads(dst, 4), true,
                         ggml_cuda_turbo_fa_t2_words(var));
